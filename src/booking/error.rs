@@ -1,0 +1,102 @@
+//! The booking layer's two kinds of "no": refusals that are data, and errors that end a request.
+
+use crate::db::StoreError;
+
+/// The codes of expected refusals, reported in `userErrors`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RefusalCode {
+    /// No seat left.
+    SlotFull,
+    /// The patient already holds a BOOKED appointment in the slot.
+    AlreadyBooked,
+    /// No such slot.
+    SlotNotFound,
+    /// The slot has started.
+    SlotInPast,
+    /// The caller used this key for a different request.
+    IdempotencyKeyReused,
+    /// A value of the input is malformed.
+    InvalidInput,
+    /// No such appointment, or not one the caller may see.
+    AppointmentNotFound,
+}
+
+impl RefusalCode {
+    /// The code as written in the API and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SlotFull => "SLOT_FULL",
+            Self::AlreadyBooked => "ALREADY_BOOKED",
+            Self::SlotNotFound => "SLOT_NOT_FOUND",
+            Self::SlotInPast => "SLOT_IN_PAST",
+            Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Self::InvalidInput => "INVALID_INPUT",
+            Self::AppointmentNotFound => "APPOINTMENT_NOT_FOUND",
+        }
+    }
+}
+
+/// An expected refusal: the request was understood and answered "no".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// What kind of no.
+    pub code: RefusalCode,
+    /// A sentence for people.
+    pub message: String,
+    /// Path of the input field at fault, e.g. `["input", "slotId"]`.
+    pub field: Option<Vec<String>>,
+}
+
+impl Refusal {
+    /// A refusal with no particular field.
+    pub fn new(code: RefusalCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), field: None }
+    }
+
+    /// An `INVALID_INPUT` refusal about one input field.
+    pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
+        Self {
+            code: RefusalCode::InvalidInput,
+            message: message.into(),
+            field: Some(field.iter().map(|s| (*s).to_owned()).collect()),
+        }
+    }
+}
+
+/// A failure that ends the request (a top-level GraphQL error with `extensions.code`).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// No (valid) token where one is needed.
+    #[error("authentication required: send a bearer token")]
+    Unauthenticated,
+    /// The caller's role does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A bad value for an operation without `userErrors`.
+    #[error("{message}")]
+    InvalidInput {
+        /// A sentence for people.
+        message: String,
+        /// Path of the field at fault.
+        field: Vec<String>,
+    },
+    /// Too many booking attempts for one patient.
+    #[error("too many booking attempts for this patient; retry in {retry_after_secs} s")]
+    RateLimited {
+        /// Seconds until an attempt will be let in.
+        retry_after_secs: u64,
+    },
+    /// The booking path is saturated; retrying shortly is safe.
+    #[error("the service is busy; retry shortly")]
+    Overloaded,
+    /// The database failed; details go to the log only.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ServiceError {
+    /// An `INVALID_INPUT` error about one input field.
+    pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
+        Self::InvalidInput { message: message.into(), field: field.iter().map(|s| (*s).to_owned()).collect() }
+    }
+}

@@ -1,0 +1,117 @@
+//! Reads: doctors, slots and appointments, with the visibility rules applied to every object.
+
+use chrono::{NaiveDate, Utc};
+
+use super::{input::parse_id, schedule::day_bounds, BookingService, ServiceError};
+use crate::{
+    auth::{AppointmentAccess, Caller, Principal, Role},
+    db::{
+        appointments::{self, AppointmentRecord, Filter},
+        doctors,
+        entity::{doctor, time_slot},
+        slots::{self, DayRange},
+        StoreError,
+    },
+};
+
+/// Most appointments `myAppointments` returns (newest first).
+pub const MY_APPOINTMENTS_LIMIT: u64 = 500;
+/// Largest `first` of the doctors connection.
+pub const MAX_PAGE: i32 = 100;
+
+/// One page of doctors.
+#[derive(Clone, Debug)]
+pub struct DoctorPage {
+    /// The doctors, by id.
+    pub doctors: Vec<doctor::Model>,
+    /// Whether more follow.
+    pub has_next: bool,
+}
+
+/// The facts of `record` that decide visibility.
+pub(crate) fn access(r: &AppointmentRecord) -> AppointmentAccess<'_> {
+    AppointmentAccess {
+        patient_id: r.appointment.patient_id,
+        doctor_id: r.doctor_id,
+        booked_by: &r.appointment.booked_by,
+    }
+}
+
+/// Parses an id argument of a query, as `INVALID_INPUT` when malformed.
+pub fn parse_arg_id(field: &str, raw: &str) -> Result<i64, ServiceError> {
+    parse_id(field, raw).map_err(|m| ServiceError::invalid(&[field], m))
+}
+
+/// A doctor's day in UTC, by the doctor's zone.
+pub fn doctor_day(doctor: &doctor::Model, date: NaiveDate) -> Result<DayRange, ServiceError> {
+    let tz = super::input::parse_timezone(&doctor.timezone)
+        .map_err(|m| StoreError::Inconsistent(format!("doctor {}: {m}", doctor.id)))?;
+    let (from, to) = day_bounds(tz, date);
+    Ok(DayRange { doctor_id: doctor.id, from, to })
+}
+
+impl BookingService {
+    /// One doctor.
+    pub async fn doctor(&self, raw_id: &str) -> Result<Option<doctor::Model>, ServiceError> {
+        let id = parse_arg_id("id", raw_id)?;
+        Ok(doctors::find(self.db.conn(), id).await?)
+    }
+
+    /// A page of doctors after the doctor `after` (exclusive), `first` long.
+    pub async fn doctors(&self, first: Option<i32>, after: Option<i64>) -> Result<DoctorPage, ServiceError> {
+        let first = first.unwrap_or(20);
+        if !(0..=MAX_PAGE).contains(&first) {
+            return Err(ServiceError::invalid(&["first"], format!("first must be between 0 and {MAX_PAGE}")));
+        }
+        let limit = first.unsigned_abs().into();
+        let mut doctors = doctors::page(self.db.conn(), after, limit + 1).await?;
+        let has_next = doctors.len() as u64 > limit;
+        doctors.truncate(first.unsigned_abs() as usize);
+        Ok(DoctorPage { doctors, has_next })
+    }
+
+    /// One slot.
+    pub async fn slot(&self, raw_id: &str) -> Result<Option<time_slot::Model>, ServiceError> {
+        let id = parse_arg_id("id", raw_id)?;
+        Ok(slots::find(self.db.conn(), id).await?)
+    }
+
+    /// The slots of a doctor's day that can still be booked; empty for an unknown doctor.
+    pub async fn available_slots(
+        &self,
+        raw_doctor_id: &str,
+        date: NaiveDate,
+    ) -> Result<Vec<time_slot::Model>, ServiceError> {
+        let id = parse_arg_id("doctorId", raw_doctor_id)?;
+        let Some(doctor) = doctors::find(self.db.conn(), id).await? else {
+            return Ok(Vec::new());
+        };
+        Ok(slots::available(self.db.conn(), doctor_day(&doctor, date)?, Utc::now()).await?)
+    }
+
+    /// One appointment, if the caller may see it (`None` otherwise: no existence oracle).
+    pub async fn appointment(
+        &self,
+        principal: &Principal,
+        raw_id: &str,
+    ) -> Result<Option<AppointmentRecord>, ServiceError> {
+        let id = parse_arg_id("id", raw_id)?;
+        let Some(caller) = principal.caller() else {
+            return Ok(None);
+        };
+        let record = appointments::find_record(self.db.conn(), id).await?;
+        Ok(record.filter(|r| caller.may_see(access(r))))
+    }
+
+    /// The caller's appointments: a patient's own, a doctor's slots', those a partner or admin made.
+    pub async fn my_appointments(&self, caller: &Caller) -> Result<Vec<AppointmentRecord>, ServiceError> {
+        let filter = match caller.role {
+            Role::Patient => Filter::Patient(caller.patient_id.ok_or(ServiceError::Unauthenticated)?),
+            Role::Doctor => Filter::Doctor(caller.doctor_id.ok_or(ServiceError::Unauthenticated)?),
+            Role::Partner | Role::Admin => Filter::BookedBy(caller.scope()),
+        };
+        let mut records = appointments::list(self.db.conn(), filter, MY_APPOINTMENTS_LIMIT).await?;
+        records.retain(|r| caller.may_see(access(r)));
+        Ok(records)
+    }
+}

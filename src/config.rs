@@ -1,0 +1,281 @@
+//! Configuration: every setting the service reads from the environment, parsed and validated
+//! in one place at start-up, with one clear message per bad value.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+/// Where the data lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    /// An embedded SQLite file (the newcomer's default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL server, by `postgres://` URL.
+    Postgres(String),
+}
+
+impl DatabaseTarget {
+    /// Parses a `DATABASE_URL` value: `postgres://…`/`postgresql://…`, or `sqlite:PATH` /
+    /// `sqlite://PATH`.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Self::Postgres(url.to_owned()));
+        }
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err("a SQLite URL must name a file, e.g. sqlite://clinic-booking.sqlite3 \
+                            (in-memory databases are not shared between connections)"
+                    .into());
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        Err("expected postgres://user@host:port/db or sqlite://path/to/file".into())
+    }
+
+    /// True for the embedded SQLite database.
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, Self::Sqlite(_))
+    }
+}
+
+/// The text of the JWT signing secret; never printed.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret's bytes, for signing and verifying.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+/// Every setting of a server instance.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Address the HTTP server listens on (`BIND_ADDR`; port 0 picks a free port).
+    pub bind_addr: SocketAddr,
+    /// The database (`DATABASE_URL`; default: SQLite file in `data_dir`).
+    pub database: DatabaseTarget,
+    /// Redis for cross-instance pub/sub, cache and rate limits (`REDIS_URL`); `None` keeps all
+    /// of that in process.
+    pub redis_url: Option<String>,
+    /// HS256 secret for bearer tokens (`JWT_SECRET`); `None` only in single-process dev mode.
+    pub jwt_secret: Option<Secret>,
+    /// Directory for the SQLite file and the dev-mode secret (`DATA_DIR`, default `.`).
+    pub data_dir: PathBuf,
+    /// Largest number of database connections (`DB_POOL_MAX`).
+    pub db_pool_max: u32,
+    /// Booking attempts allowed per patient per window (`RATE_LIMIT_BOOKINGS`; 0 = off).
+    pub rate_limit_bookings: u32,
+    /// The rate-limit window (`RATE_LIMIT_WINDOW_SECS`).
+    pub rate_limit_window: Duration,
+    /// Largest accepted request body in bytes (`MAX_BODY_BYTES`).
+    pub max_body_bytes: usize,
+    /// Deepest accepted query (`MAX_QUERY_DEPTH`).
+    pub max_query_depth: usize,
+    /// Highest accepted query complexity (`MAX_QUERY_COMPLEXITY`).
+    pub max_query_complexity: usize,
+    /// Most operations in one batched request (`MAX_BATCH_OPERATIONS`).
+    pub max_batch_operations: usize,
+    /// Log line format (`LOG_FORMAT`: `text` or `json`).
+    pub log_format: LogFormat,
+}
+
+/// A setting that could not be used, with the variable's name and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{var}={value:?}: {reason}")]
+pub struct ConfigError {
+    /// The environment variable.
+    pub var: &'static str,
+    /// The value found.
+    pub value: String,
+    /// What was expected instead.
+    pub reason: String,
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `lookup` (the environment, or a map in tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |var: &'static str| lookup(var).filter(|v| !v.trim().is_empty());
+        let data_dir = PathBuf::from(get("DATA_DIR").unwrap_or_else(|| ".".into()));
+        let database = match get("DATABASE_URL") {
+            Some(url) => DatabaseTarget::parse(&url).map_err(|reason| ConfigError {
+                var: "DATABASE_URL",
+                value: url.clone(),
+                reason,
+            })?,
+            None => DatabaseTarget::Sqlite(data_dir.join("clinic-booking.sqlite3")),
+        };
+        let redis_url = match get("REDIS_URL") {
+            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => Some(url),
+            Some(url) => {
+                return Err(ConfigError {
+                    var: "REDIS_URL",
+                    value: url,
+                    reason: "expected redis://host:port[/db]".into(),
+                })
+            }
+            None => None,
+        };
+        let jwt_secret = get("JWT_SECRET").map(Secret::new);
+        if let Some(secret) = &jwt_secret {
+            if secret.expose().len() < 16 {
+                return Err(ConfigError {
+                    var: "JWT_SECRET",
+                    value: "(hidden)".into(),
+                    reason: "must be at least 16 bytes long".into(),
+                });
+            }
+        }
+        let single_process = database.is_sqlite() && redis_url.is_none();
+        if jwt_secret.is_none() && !single_process {
+            return Err(ConfigError {
+                var: "JWT_SECRET",
+                value: String::new(),
+                reason: "must be set when DATABASE_URL is PostgreSQL or REDIS_URL is set \
+                         (only single-process dev mode makes its own secret)"
+                    .into(),
+            });
+        }
+        let bind_addr = parse(&get, "BIND_ADDR", "127.0.0.1:8080".parse().ok(), "an address like 127.0.0.1:8080")?;
+        let log_format = match get("LOG_FORMAT").as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(ConfigError {
+                    var: "LOG_FORMAT",
+                    value: other.into(),
+                    reason: "expected text or json".into(),
+                })
+            }
+        };
+        Ok(Self {
+            bind_addr,
+            database,
+            redis_url,
+            jwt_secret,
+            data_dir,
+            db_pool_max: at_least(parse(&get, "DB_POOL_MAX", Some(32), "a number of connections")?, 2, "DB_POOL_MAX")?,
+            rate_limit_bookings: parse(&get, "RATE_LIMIT_BOOKINGS", Some(5), "a count (0 switches the limit off)")?,
+            rate_limit_window: Duration::from_secs(at_least(
+                parse(&get, "RATE_LIMIT_WINDOW_SECS", Some(10), "a number of seconds")?,
+                1,
+                "RATE_LIMIT_WINDOW_SECS",
+            )?),
+            max_body_bytes: at_least(
+                parse(&get, "MAX_BODY_BYTES", Some(256 * 1024), "a number of bytes")?,
+                1024,
+                "MAX_BODY_BYTES",
+            )?,
+            max_query_depth: at_least(parse(&get, "MAX_QUERY_DEPTH", Some(15), "a depth")?, 2, "MAX_QUERY_DEPTH")?,
+            max_query_complexity: at_least(
+                parse(&get, "MAX_QUERY_COMPLEXITY", Some(1000), "a complexity")?,
+                10,
+                "MAX_QUERY_COMPLEXITY",
+            )?,
+            max_batch_operations: at_least(
+                parse(&get, "MAX_BATCH_OPERATIONS", Some(10), "a count")?,
+                1,
+                "MAX_BATCH_OPERATIONS",
+            )?,
+            log_format,
+        })
+    }
+
+    /// True when the service runs alone: SQLite and no Redis (dev mode).
+    pub fn single_process(&self) -> bool {
+        self.database.is_sqlite() && self.redis_url.is_none()
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    get: &impl Fn(&'static str) -> Option<String>,
+    var: &'static str,
+    default: Option<T>,
+    expected: &str,
+) -> Result<T, ConfigError> {
+    match get(var) {
+        Some(raw) => {
+            raw.trim().parse().map_err(|_| ConfigError { var, value: raw, reason: format!("expected {expected}") })
+        }
+        None => default.ok_or_else(|| ConfigError {
+            var,
+            value: String::new(),
+            reason: format!("must be set to {expected}"),
+        }),
+    }
+}
+
+fn at_least<T: PartialOrd + std::fmt::Display>(value: T, min: T, var: &'static str) -> Result<T, ConfigError> {
+    if value < min {
+        return Err(ConfigError { var, value: value.to_string(), reason: format!("must be at least {min}") });
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_are_single_process_sqlite() {
+        let c = config(&[]).unwrap();
+        assert!(c.single_process());
+        assert_eq!(c.bind_addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.rate_limit_bookings, 5);
+        assert_eq!(c.max_body_bytes, 262_144);
+    }
+
+    #[test]
+    fn postgres_without_secret_is_refused() {
+        let err = config(&[("DATABASE_URL", "postgres://x@localhost/db")]).unwrap_err();
+        assert_eq!(err.var, "JWT_SECRET");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        assert_eq!(config(&[("BIND_ADDR", "nope")]).unwrap_err().var, "BIND_ADDR");
+        assert_eq!(config(&[("DATABASE_URL", "mysql://x")]).unwrap_err().var, "DATABASE_URL");
+        assert_eq!(config(&[("RATE_LIMIT_BOOKINGS", "-1")]).unwrap_err().var, "RATE_LIMIT_BOOKINGS");
+        assert_eq!(config(&[("LOG_FORMAT", "xml")]).unwrap_err().var, "LOG_FORMAT");
+        assert_eq!(config(&[("JWT_SECRET", "short")]).unwrap_err().var, "JWT_SECRET");
+    }
+
+    #[test]
+    fn sqlite_urls_name_a_file() {
+        assert_eq!(DatabaseTarget::parse("sqlite://a/b.db").unwrap(), DatabaseTarget::Sqlite("a/b.db".into()));
+        assert_eq!(DatabaseTarget::parse("sqlite:x.db?mode=rwc").unwrap(), DatabaseTarget::Sqlite("x.db".into()));
+        assert!(DatabaseTarget::parse("sqlite::memory:").is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! sea-orm entities: one per table, internal to the persistence layer. GraphQL output types
+//! are separate (`crate::graphql::types`), so a new column never leaks into the API.
+
+pub mod appointment;
+pub mod doctor;
+pub mod outbox;
+pub mod time_slot;

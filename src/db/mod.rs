@@ -1,0 +1,171 @@
+//! Persistence: connecting to PostgreSQL or SQLite, migrating, and the queries of each table.
+//!
+//! Every function here takes `&impl ConnectionTrait`, so the booking layer decides what runs
+//! inside one transaction. Nothing above this module writes SQL.
+
+pub mod appointments;
+pub mod doctors;
+pub mod entity;
+pub mod outbox;
+pub mod slots;
+
+use std::{
+    str::FromStr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use migration::MigratorTrait;
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, SqlxPostgresConnector, SqlxSqliteConnector};
+use sqlx::{
+    postgres::{PgConnectOptions, PgPoolOptions},
+    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
+};
+
+use crate::config::DatabaseTarget;
+
+/// Failure of the persistence layer: always an internal error to API users.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or failed a statement.
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+    /// The connection could not be made.
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[from] sqlx::Error),
+    /// A row broke an invariant the code relies on (a bug or a hand-edited database).
+    #[error("inconsistent data: {0}")]
+    Inconsistent(String),
+}
+
+/// Settings of the connection pool.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    /// Most connections open at once.
+    pub max_connections: u32,
+    /// Longest wait for a free connection.
+    pub acquire_timeout: Duration,
+    /// PostgreSQL `statement_timeout`: no statement holds a connection longer.
+    pub statement_timeout: Duration,
+}
+
+/// A connection pool plus a count of the statements it ran (for `/metrics` and for tests
+/// that prove a page costs a constant number of queries).
+#[derive(Clone, Debug)]
+pub struct Db {
+    conn: DatabaseConnection,
+    statements: Arc<AtomicU64>,
+}
+
+impl Db {
+    /// Opens a pool on `target`. SQLite runs in WAL mode with a busy timeout, so concurrent
+    /// writers wait their turn instead of failing with "database is locked".
+    pub async fn connect(target: &DatabaseTarget, settings: &PoolSettings) -> Result<Self, StoreError> {
+        let mut conn = match target {
+            DatabaseTarget::Postgres(url) => {
+                let timeout_ms = settings.statement_timeout.as_millis().to_string();
+                let options = PgConnectOptions::from_str(url)?
+                    .options([("statement_timeout", timeout_ms.as_str())])
+                    .application_name("clinic-booking");
+                let pool = PgPoolOptions::new()
+                    .max_connections(settings.max_connections)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .connect_with(options)
+                    .await?;
+                SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
+            }
+            DatabaseTarget::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| StoreError::Connect(sqlx::Error::Io(e)))?;
+                }
+                let options = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(30))
+                    .foreign_keys(true);
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(settings.max_connections.min(16))
+                    .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
+                    .connect_with(options)
+                    .await?;
+                SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
+            }
+        };
+        let statements = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&statements);
+        conn.set_metric_callback(move |info| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            metrics::histogram!("db_statement_seconds", "failed" => if info.failed { "true" } else { "false" })
+                .record(info.elapsed.as_secs_f64());
+        });
+        Ok(Self { conn, statements })
+    }
+
+    /// The connection pool, for queries and transactions.
+    pub fn conn(&self) -> &DatabaseConnection {
+        &self.conn
+    }
+
+    /// Which SQL dialect the pool speaks.
+    pub fn backend(&self) -> DbBackend {
+        self.conn.get_database_backend()
+    }
+
+    /// Applies every pending migration.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migration::Migrator::up(&self.conn, None).await?;
+        Ok(())
+    }
+
+    /// Runs `SELECT 1`, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.conn.ping().await?;
+        Ok(())
+    }
+
+    /// Statements run so far through this pool.
+    pub fn statements_executed(&self) -> u64 {
+        self.statements.load(Ordering::Relaxed)
+    }
+
+    /// Connections open and idle, for `/metrics`.
+    pub fn pool_state(&self) -> (u32, usize) {
+        match self.backend() {
+            DbBackend::Postgres => {
+                let pool = self.conn.get_postgres_connection_pool();
+                (pool.size(), pool.num_idle())
+            }
+            DbBackend::Sqlite => {
+                let pool = self.conn.get_sqlite_connection_pool();
+                (pool.size(), pool.num_idle())
+            }
+            DbBackend::MySql => (0, 0),
+        }
+    }
+
+    /// Closes the pool.
+    pub async fn close(self) {
+        let _ = self.conn.close().await;
+    }
+}
+
+/// Truncates to microseconds, the precision both databases store, so a value read back
+/// compares equal to the one written.
+pub fn micros(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
+    use chrono::{DurationRound, TimeDelta};
+    t.duration_trunc(TimeDelta::microseconds(1)).unwrap_or(t)
+}
+
+/// Whether `err` is the unique violation of the constraint `name` (PostgreSQL names it;
+/// SQLite names its columns, given as `columns`, e.g. `appointment.idempotency_key`).
+pub fn is_unique_violation(err: &DbErr, name: &str, columns: &str) -> bool {
+    match err.sql_err() {
+        Some(sea_orm::SqlErr::UniqueConstraintViolation(msg)) => msg.contains(name) || msg.contains(columns),
+        _ => false,
+    }
+}

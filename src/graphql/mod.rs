@@ -1,0 +1,49 @@
+//! The GraphQL API: schema, resolvers (thin: they call [`crate::booking`]), types, loaders.
+
+pub mod context;
+pub mod error;
+pub mod loaders;
+mod mutation;
+mod query;
+pub mod scalars;
+mod subscription;
+pub mod types;
+
+use async_graphql::Schema;
+
+pub use context::RequestContext;
+pub use loaders::Loaders;
+pub use mutation::MutationRoot;
+pub use query::QueryRoot;
+pub use subscription::SubscriptionRoot;
+
+use crate::booking::BookingService;
+
+/// The served schema.
+pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
+
+/// Limits on what one request may ask.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryLimits {
+    /// Deepest selection.
+    pub depth: usize,
+    /// Highest complexity.
+    pub complexity: usize,
+}
+
+/// Builds the schema. With `service` absent it is only good for printing the SDL.
+pub fn build_schema(limits: QueryLimits, service: Option<BookingService>) -> AppSchema {
+    let mut builder = Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
+        .limit_depth(limits.depth)
+        .limit_complexity(limits.complexity)
+        .extension(async_graphql::extensions::Tracing);
+    if let Some(service) = service {
+        builder = builder.data(service);
+    }
+    builder.finish()
+}
+
+/// The schema's SDL, as committed in `schema.graphql`.
+pub fn sdl() -> String {
+    build_schema(QueryLimits { depth: usize::MAX, complexity: usize::MAX }, None).sdl()
+}

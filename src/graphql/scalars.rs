@@ -1,0 +1,28 @@
+//! The `Date` scalar: a calendar day written `YYYY-MM-DD`, nothing else.
+
+use async_graphql::{InputValueError, InputValueResult, Scalar, ScalarType, Value};
+use chrono::NaiveDate;
+
+/// A calendar day, `YYYY-MM-DD`, meant in the doctor's time zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Date(pub NaiveDate);
+
+/// A calendar day written `YYYY-MM-DD` (ISO 8601 extended, no time, no offset).
+#[Scalar(name = "Date")]
+impl ScalarType for Date {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        let Value::String(s) = &value else {
+            return Err(InputValueError::custom("a Date is a string YYYY-MM-DD"));
+        };
+        let well_formed = s.len() == 10
+            && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+        match NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+            Ok(d) if well_formed => Ok(Date(d)),
+            _ => Err(InputValueError::custom(format!("{s:?} is not a date YYYY-MM-DD"))),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Value::String(self.0.format("%Y-%m-%d").to_string())
+    }
+}

@@ -1,0 +1,308 @@
+//! GraphQL over HTTP (the GraphQL-over-HTTP spec): `POST /graphql` with a JSON body (one
+//! operation or a batch), `GET /graphql?query=…` for queries only, GraphiQL for browsers.
+//!
+//! Request errors (unreadable JSON, a document that does not parse or validate, limits) are
+//! answered 400 with no `data`; execution errors are 200 with `data`. Every error carries
+//! `extensions.code`.
+
+use std::{collections::HashMap, time::Instant};
+
+use async_graphql::{
+    http::GraphiQLSource,
+    parser::{parse_query, types::OperationType},
+    Variables,
+};
+use axum::{
+    body::{to_bytes, Body},
+    extract::{Query, State},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
+    response::{Html, IntoResponse, Response},
+};
+use serde_json::{json, Map, Value};
+use tracing::Instrument;
+
+use super::AppState;
+use crate::{
+    auth::Principal,
+    graphql::{error::code, Loaders, RequestContext},
+};
+
+const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
+const JSON: &str = "application/json";
+
+/// `POST /graphql`.
+pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let media = response_media(&headers);
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case(JSON) {
+        return request_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            media,
+            "send the request as Content-Type: application/json",
+        );
+    }
+    let bytes = match to_bytes(body, state.limits.max_body_bytes).await {
+        Ok(b) => b,
+        Err(_) => {
+            return request_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                media,
+                &format!("the request body is larger than {} bytes", state.limits.max_body_bytes),
+            )
+        }
+    };
+    let parsed: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return request_error(StatusCode::BAD_REQUEST, media, &format!("the body is not valid JSON: {e}")),
+    };
+    let (items, batched) = match parsed {
+        Value::Array(items) => (items, true),
+        single => (vec![single], false),
+    };
+    if items.is_empty() || items.len() > state.limits.max_batch {
+        return request_error(
+            StatusCode::BAD_REQUEST,
+            media,
+            &format!("a batch holds 1 to {} operations", state.limits.max_batch),
+        );
+    }
+    let mut requests = Vec::with_capacity(items.len());
+    for item in items {
+        match graphql_request(item) {
+            Ok(r) => requests.push(r),
+            Err(msg) => return request_error(StatusCode::BAD_REQUEST, media, &msg),
+        }
+    }
+    execute(state, &headers, requests, batched, media).await
+}
+
+/// `GET /graphql`: GraphiQL for a browser, otherwise a query (never a mutation).
+pub(super) async fn get(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !params.contains_key("query") && accept.contains("text/html") {
+        return Html(
+            GraphiQLSource::build()
+                .endpoint("/graphql")
+                .subscription_endpoint("/graphql/ws")
+                .title("clinic-booking")
+                .finish(),
+        )
+        .into_response();
+    }
+    let media = response_media(&headers);
+    let mut object = Map::new();
+    for (k, v) in params {
+        let value = match k.as_str() {
+            "variables" | "extensions" => match serde_json::from_str(&v) {
+                Ok(v) => v,
+                Err(_) => return request_error(StatusCode::BAD_REQUEST, media, &format!("{k} is not JSON")),
+            },
+            _ => Value::String(v),
+        };
+        object.insert(k, value);
+    }
+    let request = match graphql_request(Value::Object(object)) {
+        Ok(r) => r,
+        Err(msg) => return request_error(StatusCode::BAD_REQUEST, media, &msg),
+    };
+    if is_mutation(&request) {
+        let mut resp = request_error(StatusCode::METHOD_NOT_ALLOWED, media, "mutations are sent with POST");
+        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    }
+    execute(state, &headers, vec![request], false, media).await
+}
+
+/// Turns one JSON object into a request, checking the shape the spec requires.
+fn graphql_request(item: Value) -> Result<async_graphql::Request, String> {
+    let Value::Object(mut obj) = item else {
+        return Err("each operation is a JSON object with a \"query\"".into());
+    };
+    let query = match obj.remove("query") {
+        Some(Value::String(q)) => q,
+        Some(_) => return Err("\"query\" must be a string".into()),
+        None => return Err("the request has no \"query\"".into()),
+    };
+    let mut request = async_graphql::Request::new(query);
+    match obj.remove("variables") {
+        None | Some(Value::Null) => {}
+        Some(v @ Value::Object(_)) => request = request.variables(Variables::from_json(v)),
+        Some(_) => return Err("\"variables\" must be an object".into()),
+    }
+    match obj.remove("operationName") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(name)) => request = request.operation_name(name),
+        Some(_) => return Err("\"operationName\" must be a string".into()),
+    }
+    match obj.remove("extensions") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => {}
+        Some(_) => return Err("\"extensions\" must be an object".into()),
+    }
+    Ok(request)
+}
+
+fn is_mutation(request: &async_graphql::Request) -> bool {
+    let Ok(doc) = parse_query(&request.query) else {
+        return false; // answered as a parse error by the executor
+    };
+    let name = request.operation_name.as_deref();
+    doc.operations.iter().any(|(op_name, op)| {
+        (name.is_none() || op_name.map(|n| n.as_str()) == name) && op.node.ty != OperationType::Query
+    })
+}
+
+async fn execute(
+    state: AppState,
+    headers: &HeaderMap,
+    requests: Vec<async_graphql::Request>,
+    batched: bool,
+    media: &'static str,
+) -> Response {
+    let request_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let principal = match authenticate(&state, headers) {
+        Ok(p) => p,
+        Err(msg) => {
+            metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::UNAUTHENTICATED)
+                .increment(1);
+            let body = json!({ "errors": [{ "message": msg, "extensions": { "code": code::UNAUTHENTICATED } }] });
+            let mut resp = respond(StatusCode::UNAUTHORIZED, media, &body, &request_id);
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return resp;
+        }
+    };
+    let mut bodies = Vec::with_capacity(requests.len());
+    let mut status = StatusCode::OK;
+    let mut retry_after = None;
+    for request in requests {
+        let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
+        let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
+        let ctx = RequestContext { principal: principal.clone(), request_id: request_id.clone() };
+        let request = request.data(ctx).data(Loaders::new(state.service.db()));
+        let started = Instant::now();
+        let response = state.schema.execute(request).instrument(span).await;
+        let (body, outcome, request_error) = render(response, &request_id);
+        metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("graphql_request_seconds", "operation" => operation)
+            .record(started.elapsed().as_secs_f64());
+        if !batched {
+            if request_error {
+                status = StatusCode::BAD_REQUEST;
+            } else if outcome == code::RATE_LIMITED {
+                status = StatusCode::TOO_MANY_REQUESTS;
+                retry_after = body.pointer("/errors/0/extensions/retryAfterSeconds").and_then(Value::as_u64);
+            }
+        }
+        bodies.push(body);
+    }
+    let body = if batched { Value::Array(bodies) } else { bodies.pop().unwrap_or(Value::Null) };
+    let mut resp = respond(status, media, &body, &request_id);
+    if let Some(secs) = retry_after {
+        if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    resp
+}
+
+/// The principal proven by the `Authorization` header; `Err` for a token that is presented
+/// but not valid (refused on every operation, public ones included).
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, String> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Ok(Principal::Anonymous);
+    };
+    let value = value.to_str().map_err(|_| "the Authorization header is not text".to_owned())?;
+    crate::auth::principal_from_header(&state.tokens, value)
+}
+
+/// Serializes a response, adding `extensions.code` where async-graphql left none (its own
+/// parse, validation and input-coercion errors: `BAD_REQUEST`) and the request id to
+/// `INTERNAL` errors. Returns the body, an outcome label and whether nothing was executed.
+fn render(response: async_graphql::Response, request_id: &str) -> (Value, &'static str, bool) {
+    let request_error = response.data == async_graphql::Value::Null
+        && !response.errors.is_empty()
+        && response.errors.iter().all(|e| e.path.is_empty() && e.extensions.is_none());
+    let mut outcome = "ok";
+    let mut body =
+        serde_json::to_value(&response).unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
+    if let Some(errors) = body.get_mut("errors").and_then(Value::as_array_mut) {
+        for error in errors {
+            let Some(obj) = error.as_object_mut() else { continue };
+            let ext = obj.entry("extensions").or_insert_with(|| json!({}));
+            let Some(ext) = ext.as_object_mut() else { continue };
+            let code = ext.entry("code").or_insert_with(|| json!(code::BAD_REQUEST)).as_str().unwrap_or("").to_owned();
+            if code == code::INTERNAL {
+                ext.insert("requestId".into(), json!(request_id));
+            }
+            if outcome == "ok" {
+                outcome = known_code(&code);
+            }
+        }
+    }
+    if request_error {
+        if let Some(obj) = body.as_object_mut() {
+            obj.remove("data");
+        }
+    }
+    (body, outcome, request_error)
+}
+
+fn known_code(code: &str) -> &'static str {
+    [
+        code::UNAUTHENTICATED,
+        code::FORBIDDEN,
+        code::RATE_LIMITED,
+        code::BAD_REQUEST,
+        code::INVALID_INPUT,
+        code::OVERLOADED,
+        code::INTERNAL,
+    ]
+    .into_iter()
+    .find(|c| *c == code)
+    .unwrap_or("other")
+}
+
+/// The media type to answer with: `application/graphql-response+json` unless the client
+/// asks for `application/json` only.
+fn response_media(headers: &HeaderMap) -> &'static str {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if accept.contains(GRAPHQL_RESPONSE) || !accept.contains(JSON) {
+        GRAPHQL_RESPONSE
+    } else {
+        JSON
+    }
+}
+
+fn request_error(status: StatusCode, media: &'static str, message: &str) -> Response {
+    metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::BAD_REQUEST).increment(1);
+    let body = json!({ "errors": [{ "message": message, "extensions": { "code": code::BAD_REQUEST } }] });
+    respond(status, media, &body, "")
+}
+
+fn respond(status: StatusCode, media: &'static str, body: &Value, request_id: &str) -> Response {
+    let mut resp = (status, body.to_string()).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(if media == JSON {
+            "application/json"
+        } else {
+            "application/graphql-response+json; charset=utf-8"
+        }),
+    );
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        if !request_id.is_empty() {
+            headers.insert("x-request-id", v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,39 @@
+//! `/healthz` (the process answers) and `/readyz` (its database, and Redis if configured).
+
+use std::time::Duration;
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
+use serde_json::json;
+
+use super::AppState;
+
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Always 200 while the process serves requests.
+pub(super) async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// 503 when the database does not answer; 200 `degraded` when only Redis is down, because
+/// bookings never depend on Redis.
+pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let db = matches!(tokio::time::timeout(CHECK_TIMEOUT, state.service.db().ping()).await, Ok(Ok(())));
+    let redis = match &state.redis {
+        None => "not configured",
+        Some(client) => match tokio::time::timeout(CHECK_TIMEOUT, ping_redis(client)).await {
+            Ok(Ok(())) => "ok",
+            _ => "down",
+        },
+    };
+    let (code, status) = match (db, redis) {
+        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        (true, "down") => (StatusCode::OK, "degraded"),
+        (true, _) => (StatusCode::OK, "ok"),
+    };
+    (code, Json(json!({ "status": status, "database": if db { "ok" } else { "down" }, "redis": redis })))
+}
+
+async fn ping_redis(client: &redis::Client) -> redis::RedisResult<()> {
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    redis::cmd("PING").query_async::<String>(&mut conn).await.map(drop)
+}

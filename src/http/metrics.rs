@@ -1,0 +1,36 @@
+//! `/metrics` in Prometheus text format.
+
+use std::sync::OnceLock;
+
+use axum::{extract::State, http::header, response::IntoResponse};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::AppState;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide metrics recorder once and returns its handle.
+pub fn install_recorder() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            // Fails only when another recorder is installed (tests); metrics then stay empty.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Renders every metric, refreshing the pool gauges first.
+pub(super) async fn render(State(state): State<AppState>) -> impl IntoResponse {
+    let (size, idle) = state.service.db().pool_state();
+    metrics::gauge!("db_pool_connections").set(f64::from(size));
+    metrics::gauge!("db_pool_in_use").set(f64::from(size) - idle as f64);
+    metrics::counter!("db_statements_total").absolute(state.service.db().statements_executed());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], install_recorder().render())
+}

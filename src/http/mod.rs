@@ -1,0 +1,73 @@
+//! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness and metrics.
+
+mod graphql;
+mod health;
+mod metrics;
+mod ws;
+
+use std::sync::Arc;
+
+use axum::{
+    http::{header, StatusCode},
+    response::{IntoResponse, Response},
+};
+use axum::{
+    routing::{get, post},
+    Router,
+};
+use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
+
+use crate::{auth::TokenIssuer, booking::BookingService, graphql::AppSchema};
+
+pub use self::metrics::install_recorder;
+
+/// Everything a handler needs, shared by all requests of an instance.
+#[derive(Clone)]
+pub struct AppState {
+    /// The GraphQL schema (with the booking service in its data).
+    pub schema: AppSchema,
+    /// The booking service.
+    pub service: BookingService,
+    /// Verifies bearer tokens.
+    pub tokens: Arc<TokenIssuer>,
+    /// Request limits.
+    pub limits: HttpLimits,
+    /// Redis, when configured (readiness reports it).
+    pub redis: Option<redis::Client>,
+}
+
+/// Limits of the HTTP layer.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// Largest body in bytes.
+    pub max_body_bytes: usize,
+    /// Most operations in a batch.
+    pub max_batch: usize,
+}
+
+/// The service's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/graphql", post(graphql::post).get(graphql::get))
+        .route("/graphql/ws", get(ws::upgrade))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::render))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+            tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+        }))
+        .with_state(state)
+}
+
+/// A panic is a bug: log it and answer `INTERNAL` like any other internal failure.
+fn panic_response(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let detail = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = detail, "request handler panicked");
+    let body = serde_json::json!({ "errors": [{ "message": "internal error", "extensions": { "code": "INTERNAL" } }] });
+    (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}

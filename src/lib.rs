@@ -1,0 +1,35 @@
+//! clinic-booking: a GraphQL service for medical appointment booking that never double-books.
+//!
+//! Patients, partners and admins book seats in doctors' time slots; every booking is one
+//! conditional update plus an insert in one transaction, so the database itself guarantees
+//! that no slot holds more bookings than its capacity, under any concurrency.
+//!
+//! # Layout
+//!
+//! - [`config`] — every environment setting, parsed and validated at start-up.
+//! - [`startup`] — [`startup::Application::build`] wires the layers and binds the port.
+//! - [`http`] — the router; GraphQL over HTTP and WebSocket, health, readiness, metrics.
+//! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders.
+//! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
+//! - [`auth`] — bearer tokens and roles.
+//! - [`db`] — connection pool, entities and every query (the only place with SQL).
+//! - [`events`] — committed slot changes on their way to live subscribers.
+//! - [`telemetry`] — logging.
+//!
+//! # Error policy
+//!
+//! Each layer has one error type: [`db::StoreError`] (always internal),
+//! [`booking::ServiceError`] (ends a request) and [`booking::Refusal`] (an expected "no",
+//! reported as data). [`graphql::error`] maps them once: refusals to `userErrors`, service
+//! errors to top-level errors with a stable `extensions.code`; internal details are logged,
+//! never sent.
+
+pub mod auth;
+pub mod booking;
+pub mod config;
+pub mod db;
+pub mod events;
+pub mod graphql;
+pub mod http;
+pub mod startup;
+pub mod telemetry;

@@ -1,0 +1,104 @@
+//! The `clinic-booking` binary: `serve` (default), `migrate`, `token`, `print-schema`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use clinic_booking::{
+    auth::{load_or_create_dev_secret, Claims, Role, TokenIssuer},
+    config::Config,
+    db::{Db, PoolSettings},
+    startup::{shutdown_signal, Application},
+    telemetry,
+};
+
+/// Appointment booking over GraphQL. Settings come from the environment (see README).
+#[derive(Parser)]
+#[command(name = "clinic-booking", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the API (the default).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print a signed token for local use.
+    Token {
+        /// patient, doctor, admin or partner.
+        #[arg(long)]
+        role: Role,
+        /// Subject: the patient id for patients.
+        #[arg(long)]
+        sub: String,
+        /// The doctor's id, for doctor tokens.
+        #[arg(long)]
+        doctor_id: Option<String>,
+        /// Hours until it expires.
+        #[arg(long, default_value_t = 24)]
+        ttl_hours: i64,
+    },
+    /// Print the GraphQL schema (SDL); `> schema.graphql` regenerates the committed copy.
+    PrintSchema,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::PrintSchema = command {
+        print!("{}", clinic_booking::graphql::sdl());
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("clinic-booking: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(config.log_format);
+    match run(command, config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("clinic-booking: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => {
+            let app = Application::build(config).await?;
+            app.run_until_stopped(shutdown_signal()).await?;
+        }
+        Command::Migrate => {
+            let settings = PoolSettings {
+                max_connections: 2,
+                acquire_timeout: std::time::Duration::from_secs(10),
+                statement_timeout: std::time::Duration::from_secs(600),
+            };
+            Db::connect(&config.database, &settings).await?.migrate().await?;
+            println!("migrations applied");
+        }
+        Command::Token { role, sub, doctor_id, ttl_hours } => {
+            let secret = match config.jwt_secret {
+                Some(s) => s,
+                None => load_or_create_dev_secret(&config.data_dir)?.0,
+            };
+            let claims = Claims {
+                sub,
+                role: role.as_str().to_owned(),
+                exp: chrono::Utc::now().timestamp() + ttl_hours * 3600,
+                doctor_id,
+            };
+            println!("{}", TokenIssuer::new(&secret).issue(&claims)?);
+        }
+        Command::PrintSchema => print!("{}", clinic_booking::graphql::sdl()),
+    }
+    Ok(())
+}
