@@ -79,6 +79,9 @@ pub struct Config {
     /// Redis for cross-instance pub/sub, cache and rate limits (`REDIS_URL`); `None` keeps all
     /// of that in process.
     pub redis_url: Option<String>,
+    /// Prefix of every Redis key and channel (`REDIS_KEY_PREFIX`, default `clinic-booking`), so
+    /// several deployments (or test runs) can share one Redis.
+    pub redis_prefix: String,
     /// HS256 secret for bearer tokens (`JWT_SECRET`); `None` only in single-process dev mode.
     pub jwt_secret: Option<Secret>,
     /// Directory for the SQLite file and the dev-mode secret (`DATA_DIR`, default `.`).
@@ -142,6 +145,14 @@ impl Config {
             }
             None => None,
         };
+        let redis_prefix = get("REDIS_KEY_PREFIX").unwrap_or_else(|| "clinic-booking".into());
+        if !redis_prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b)) {
+            return Err(ConfigError {
+                var: "REDIS_KEY_PREFIX",
+                value: redis_prefix,
+                reason: "use letters, digits and - _ . : only".into(),
+            });
+        }
         let jwt_secret = get("JWT_SECRET").map(Secret::new);
         if let Some(secret) = &jwt_secret {
             if secret.expose().len() < 16 {
@@ -178,6 +189,7 @@ impl Config {
             bind_addr,
             database,
             redis_url,
+            redis_prefix,
             jwt_secret,
             data_dir,
             db_pool_max: at_least(parse(&get, "DB_POOL_MAX", Some(32), "a number of connections")?, 2, "DB_POOL_MAX")?,

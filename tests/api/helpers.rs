@@ -1,0 +1,388 @@
+//! Test harness: one fresh database per test, a real server on a free port, and a GraphQL
+//! client that speaks to it over HTTP as a partner's client would.
+//!
+//! Backend choice (see README, "Tests"):
+//! - `DATABASE_URL=postgres://…`: a new database per test on that server (`REDIS_URL` used if set);
+//! - `DATABASE_URL=sqlite:` (any `sqlite:` value): a new SQLite file per test, no Redis;
+//! - unset: PostgreSQL and Redis in containers (testcontainers, needs Docker).
+
+use std::{collections::HashMap, sync::OnceLock, time::Duration};
+
+use clinic_booking::{
+    auth::{Claims, TokenIssuer},
+    config::{Config, Secret},
+    db::Db,
+    startup::Application,
+};
+use serde_json::{json, Value};
+
+/// The signing secret of every test server.
+pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456789";
+
+/// Where tests keep their data.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    /// A PostgreSQL server (URL of its maintenance database) and maybe Redis.
+    Postgres { server_url: String, redis_url: Option<String> },
+    /// Embedded SQLite files.
+    Sqlite,
+}
+
+/// The backend chosen for this test run (see the module doc).
+pub(crate) fn backend() -> Backend {
+    static BACKEND: OnceLock<Backend> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            let redis_url = std::env::var("REDIS_URL").ok().filter(|v| !v.is_empty());
+            match std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()) {
+                Some(url) if url.starts_with("sqlite:") => Backend::Sqlite,
+                Some(url) => Backend::Postgres { server_url: url, redis_url },
+                None => containers::start(),
+            }
+        })
+        .clone()
+}
+
+/// True when the tests run against PostgreSQL.
+pub(crate) fn is_postgres() -> bool {
+    matches!(backend(), Backend::Postgres { .. })
+}
+
+/// True when the test servers share a Redis.
+pub(crate) fn has_redis() -> bool {
+    matches!(backend(), Backend::Postgres { redis_url: Some(_), .. })
+}
+
+mod containers {
+    use testcontainers::{runners::SyncRunner, ImageExt};
+    use testcontainers_modules::{postgres::Postgres, redis::Redis};
+
+    use super::Backend;
+
+    /// Starts PostgreSQL and Redis containers for the whole test process (left running until
+    /// the process exits; testcontainers' reaper removes them).
+    pub(super) fn start() -> Backend {
+        let hint = "no DATABASE_URL is set and Docker is not available to start PostgreSQL and Redis \
+                    containers. Set DATABASE_URL=postgres://postgres@127.0.0.1:5432/test and \
+                    REDIS_URL=redis://127.0.0.1:6379 to use running servers, or DATABASE_URL=sqlite: \
+                    to run the suite on embedded SQLite";
+        // A thread of its own: the blocking runner must not run inside a test's runtime.
+        std::thread::spawn(move || {
+            let pg = Postgres::default().with_tag("15-alpine").start().unwrap_or_else(|e| panic!("{hint} ({e})"));
+            let redis = Redis::default().start().unwrap_or_else(|e| panic!("{hint} ({e})"));
+            let pg_port = pg.get_host_port_ipv4(5432).unwrap_or_else(|e| panic!("{hint} ({e})"));
+            let redis_port = redis.get_host_port_ipv4(6379).unwrap_or_else(|e| panic!("{hint} ({e})"));
+            std::mem::forget(pg);
+            std::mem::forget(redis);
+            Backend::Postgres {
+                server_url: format!("postgres://postgres:postgres@127.0.0.1:{pg_port}/postgres"),
+                redis_url: Some(format!("redis://127.0.0.1:{redis_port}")),
+            }
+        })
+        .join()
+        .unwrap_or_else(|_| panic!("{hint}"))
+    }
+}
+
+/// A fresh, empty database for one test (and the Redis key prefix that isolates it).
+pub(crate) struct TestDatabase {
+    /// Its `DATABASE_URL`.
+    pub(crate) url: String,
+    /// Its Redis URL, when the run has Redis.
+    pub(crate) redis_url: Option<String>,
+    /// A Redis key prefix unique to this database.
+    pub(crate) redis_prefix: String,
+    _dir: tempfile::TempDir,
+    drop_pg: Option<(String, String)>,
+}
+
+impl TestDatabase {
+    /// Makes a new database.
+    pub(crate) async fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let redis_prefix = format!("cbtest-{id}");
+        match backend() {
+            Backend::Sqlite => {
+                let url = format!("sqlite://{}", dir.path().join("test.sqlite3").display());
+                Self { url, redis_url: None, redis_prefix, _dir: dir, drop_pg: None }
+            }
+            Backend::Postgres { server_url, redis_url } => {
+                use sqlx::Connection;
+                let name = format!("cbt_{id}");
+                let mut conn = sqlx::PgConnection::connect(&server_url).await.expect("connect to DATABASE_URL");
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+                let _ = conn.close().await;
+                let url = replace_db_name(&server_url, &name);
+                Self { url, redis_url, redis_prefix, _dir: dir, drop_pg: Some((server_url, name)) }
+            }
+        }
+    }
+
+    /// The configuration of a server on this database.
+    pub(crate) fn config(&self, extra: &[(&str, &str)]) -> Config {
+        let mut vars: HashMap<String, String> = HashMap::from([
+            ("DATABASE_URL".into(), self.url.clone()),
+            ("JWT_SECRET".into(), SECRET.into()),
+            ("BIND_ADDR".into(), "127.0.0.1:0".into()),
+            ("DATA_DIR".into(), self._dir.path().display().to_string()),
+            ("REDIS_KEY_PREFIX".into(), self.redis_prefix.clone()),
+            ("DB_POOL_MAX".into(), "10".into()),
+        ]);
+        if let Some(r) = &self.redis_url {
+            vars.insert("REDIS_URL".into(), r.clone());
+        }
+        for (k, v) in extra {
+            vars.insert((*k).into(), (*v).into());
+        }
+        Config::from_lookup(|k| vars.get(k).cloned()).expect("test config")
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if let Some((server, name)) = self.drop_pg.take() {
+            // Best effort, off the test's runtime: a leftover database only costs disk.
+            let _ = std::thread::spawn(move || {
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+                rt.block_on(async {
+                    use sqlx::Connection;
+                    if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
+                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .execute(&mut conn)
+                            .await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+fn replace_db_name(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = match base.rfind('/') {
+        Some(i) if i > "postgres://".len() => &base[..i],
+        _ => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+/// A running server and a client for it.
+pub(crate) struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) address: String,
+    /// The bound port.
+    pub(crate) port: u16,
+    /// The server's pool (for statement counts).
+    pub(crate) db: Db,
+    /// The HTTP client.
+    pub(crate) client: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// Starts a server on a fresh database.
+    pub(crate) async fn spawn() -> (Self, TestDatabase) {
+        let database = TestDatabase::new().await;
+        let app = Self::spawn_on(&database, &[]).await;
+        (app, database)
+    }
+
+    /// Starts a server on `database` (several servers may share one), with extra settings.
+    pub(crate) async fn spawn_on(database: &TestDatabase, extra: &[(&str, &str)]) -> Self {
+        let app = Application::build(database.config(extra)).await.expect("application builds");
+        let port = app.port();
+        let db = app.db().clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(app.run_until_stopped(async {
+            let _ = rx.await;
+        }));
+        Self {
+            address: format!("http://127.0.0.1:{port}"),
+            port,
+            db,
+            client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
+            shutdown: Some(tx),
+        }
+    }
+
+    /// POSTs one operation; returns the status and the JSON body.
+    pub(crate) async fn post(&self, token: Option<&str>, query: &str, variables: Value) -> (u16, Value) {
+        self.post_raw(token, json!({ "query": query, "variables": variables })).await
+    }
+
+    /// POSTs any JSON body.
+    pub(crate) async fn post_raw(&self, token: Option<&str>, body: Value) -> (u16, Value) {
+        let mut req = self.client.post(format!("{}/graphql", self.address)).json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("request sent");
+        let status = resp.status().as_u16();
+        let body = resp.json::<Value>().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// POSTs one operation and returns `data`, failing the test on any error.
+    pub(crate) async fn gql(&self, token: Option<&str>, query: &str, variables: Value) -> Value {
+        let (status, body) = self.post(token, query, variables).await;
+        assert!(status == 200 && body.get("errors").is_none(), "unexpected answer {status}: {body}");
+        body["data"].clone()
+    }
+
+    /// POSTs one operation expecting a top-level error; returns its `extensions.code`.
+    pub(crate) async fn error_code(&self, token: Option<&str>, query: &str, variables: Value) -> String {
+        let (_, body) = self.post(token, query, variables).await;
+        body["errors"][0]["extensions"]["code"].as_str().unwrap_or_else(|| panic!("no error code in {body}")).to_owned()
+    }
+
+    /// Creates a doctor (as admin) and returns its id.
+    pub(crate) async fn create_doctor(&self, timezone: &str) -> String {
+        let data = self
+            .gql(
+                Some(&admin()),
+                "mutation($tz:String){createDoctor(input:{name:\"Dr Test\",specialty:\"general\",timezone:$tz}){id}}",
+                json!({ "tz": timezone }),
+            )
+            .await;
+        data["createDoctor"]["id"].as_str().expect("doctor id").to_owned()
+    }
+
+    /// Publishes a schedule (as admin) and returns the slot ids, by start.
+    pub(crate) async fn publish(
+        &self,
+        doctor_id: &str,
+        date: &str,
+        start: &str,
+        end: &str,
+        minutes: i32,
+        capacity: i32,
+    ) -> Vec<String> {
+        let data = self
+            .gql(
+                Some(&admin()),
+                "mutation($in:PublishScheduleInput!){publishSchedule(input:$in){created existing slots{id}}}",
+                json!({ "in": { "doctorId": doctor_id, "date": date, "startTime": start, "endTime": end,
+                                "slotMinutes": minutes, "capacity": capacity } }),
+            )
+            .await;
+        data["publishSchedule"]["slots"]
+            .as_array()
+            .expect("slots")
+            .iter()
+            .map(|s| s["id"].as_str().expect("id").to_owned())
+            .collect()
+    }
+
+    /// A doctor with one slot tomorrow of this capacity; returns (doctor id, slot id).
+    pub(crate) async fn doctor_with_slot(&self, capacity: i32) -> (String, String) {
+        let doctor = self.create_doctor("UTC").await;
+        let slots = self.publish(&doctor, &tomorrow(), "09:00", "09:15", 15, capacity).await;
+        (doctor, slots[0].clone())
+    }
+
+    /// Books as `token`; returns the `bookAppointment` payload.
+    pub(crate) async fn book(&self, token: &str, slot: &str, key: &str, patient: Option<&str>) -> Value {
+        let data = self.gql(Some(token), BOOK, json!({ "s": slot, "k": key, "p": patient })).await;
+        data["bookAppointment"].clone()
+    }
+
+    /// Cancels as `token`; returns the `cancelAppointment` payload.
+    pub(crate) async fn cancel(&self, token: &str, id: &str) -> Value {
+        let data = self
+            .gql(Some(token), "mutation($id:ID!){cancelAppointment(id:$id){appointment{id status cancelledAt} cancelled userErrors{code field}}}", json!({ "id": id }))
+            .await;
+        data["cancelAppointment"].clone()
+    }
+
+    /// A slot's `bookedCount`, `capacity`, `available` and `version`.
+    pub(crate) async fn slot(&self, id: &str) -> Value {
+        self.gql(None, "query($id:ID!){slot(id:$id){bookedCount capacity available version}}", json!({ "id": id }))
+            .await["slot"]
+            .clone()
+    }
+
+    /// Statements run by the server's pool so far.
+    pub(crate) fn statements(&self) -> u64 {
+        self.db.statements_executed()
+    }
+
+    /// Checks, in the database, that every slot's `booked_count` equals its BOOKED appointments
+    /// and stays within capacity.
+    pub(crate) async fn assert_counts_consistent(&self) {
+        use sea_orm::{ConnectionTrait, Statement};
+        let sql = "SELECT COUNT(*) AS bad FROM time_slot s \
+                   WHERE s.booked_count > s.capacity OR s.booked_count < 0 OR s.booked_count <> \
+                   (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status = 'BOOKED')";
+        let conn = self.db.conn();
+        let row = conn
+            .query_one(Statement::from_string(conn.get_database_backend(), sql))
+            .await
+            .expect("consistency query")
+            .expect("a row");
+        let bad: i64 = row.try_get("", "bad").expect("bad column");
+        assert_eq!(bad, 0, "slots whose booked_count differs from their BOOKED appointments");
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The booking mutation used by the tests.
+pub(crate) const BOOK: &str =
+    "mutation($s:ID!,$k:String!,$p:ID){bookAppointment(input:{slotId:$s,idempotencyKey:$k,patientId:$p})\
+    {appointment{id status patientId slot{id}} replayed userErrors{code message field}}}";
+
+fn token(role: &str, sub: &str, doctor_id: Option<&str>, exp_in: i64) -> String {
+    let claims = Claims {
+        sub: sub.into(),
+        role: role.into(),
+        exp: chrono::Utc::now().timestamp() + exp_in,
+        doctor_id: doctor_id.map(str::to_owned),
+    };
+    TokenIssuer::new(&Secret::new(SECRET)).issue(&claims).expect("token")
+}
+
+/// An admin token.
+pub(crate) fn admin() -> String {
+    token("admin", "admin-1", None, 3600)
+}
+
+/// A patient token for patient `id`.
+pub(crate) fn patient(id: u64) -> String {
+    token("patient", &id.to_string(), None, 3600)
+}
+
+/// A partner token.
+pub(crate) fn partner(sub: &str) -> String {
+    token("partner", sub, None, 3600)
+}
+
+/// A doctor token for doctor `doctor_id`.
+pub(crate) fn doctor(doctor_id: &str) -> String {
+    token("doctor", &format!("doc-{doctor_id}"), Some(doctor_id), 3600)
+}
+
+/// A token signed with our secret but already expired.
+pub(crate) fn expired_admin() -> String {
+    token("admin", "admin-1", None, -60)
+}
+
+/// Tomorrow's date (UTC), `YYYY-MM-DD`.
+pub(crate) fn tomorrow() -> String {
+    (chrono::Utc::now().date_naive() + chrono::Days::new(1)).format("%Y-%m-%d").to_string()
+}
+
+/// The `userErrors[0].code` of a payload, if any.
+pub(crate) fn user_error(payload: &Value) -> Option<&str> {
+    payload["userErrors"][0]["code"].as_str()
+}

@@ -1,0 +1,5 @@
+//! Integration tests: the real GraphQL API over HTTP against a real database, one fresh
+//! database per test so they run in parallel. See `helpers.rs` for the backend choice.
+
+mod booking;
+mod helpers;
