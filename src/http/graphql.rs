@@ -228,9 +228,12 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, Stri
 /// parse, validation and input-coercion errors: `BAD_REQUEST`) and the request id to
 /// `INTERNAL` errors. Returns the body, an outcome label and whether nothing was executed.
 fn render(response: async_graphql::Response, request_id: &str) -> (Value, &'static str, bool) {
+    // Our own errors always carry a code; errors without one are async-graphql's verdicts on
+    // the request itself (parse, validation, variable coercion). With no data at all, nothing
+    // useful was executed: a request error.
     let request_error = response.data == async_graphql::Value::Null
         && !response.errors.is_empty()
-        && response.errors.iter().all(|e| e.path.is_empty() && e.extensions.is_none());
+        && response.errors.iter().all(|e| e.extensions.is_none());
     let mut outcome = "ok";
     let mut body =
         serde_json::to_value(&response).unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));

@@ -3,3 +3,9 @@
 
 mod booking;
 mod helpers;
+mod http;
+mod queries;
+mod races;
+mod roles;
+mod schedules;
+mod schema;

@@ -1,0 +1,186 @@
+//! GraphQL over HTTP: status codes and media types of the GraphQL-over-HTTP spec, request
+//! limits, and bad input of every kind answered with a clear error, never a 5xx.
+
+use serde_json::{json, Value};
+
+use crate::helpers::*;
+
+async fn raw(
+    app: &TestApp,
+    content_type: Option<&str>,
+    accept: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> (u16, String, Value) {
+    let mut req = app.client.post(format!("{}/graphql", app.address)).body(body);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let media = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+    (status, media, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn code(body: &Value) -> &str {
+    body["errors"][0]["extensions"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn request_errors_are_400_without_data() {
+    let (app, _db) = TestApp::spawn().await;
+    let json_ct = Some("application/json");
+    for body in [
+        "{not json",
+        "{}",
+        r#"{"query": 42}"#,
+        r#"{"query": "{doctors{edges{cursor}}}", "variables": [1]}"#,
+        r#"{"query": "{doctors{edges{cursor}}}", "operationName": 5}"#,
+        r#"{"query": "{doctors{edges{cursor}}}", "extensions": "x"}"#,
+        r#"{"query": "{ doctors( "}"#,
+        r#"{"query": "{ noSuchField }"}"#,
+        r#"{"query": "query($d: Date!) { availableSlots(doctorId: \"1\", date: $d) { id } }"}"#,
+        r#"[]"#,
+        r#"42"#,
+    ] {
+        let (status, media, body) = raw(&app, json_ct, Some("application/graphql-response+json"), body).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(media.starts_with("application/graphql-response+json"), "{media}");
+        assert_eq!(code(&body), "BAD_REQUEST", "{body}");
+        assert!(body.get("data").is_none(), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn media_types_follow_accept_and_content_type_is_required() {
+    let (app, _db) = TestApp::spawn().await;
+    let q = r#"{"query":"{doctors{edges{cursor}}}"}"#;
+    let (status, media, _) = raw(&app, Some("application/json"), Some("application/json"), q).await;
+    assert_eq!((status, media.as_str()), (200, "application/json"));
+    let (status, media, _) = raw(&app, Some("application/json; charset=utf-8"), None, q).await;
+    assert!(status == 200 && media.starts_with("application/graphql-response+json"));
+    let (status, _, body) = raw(&app, Some("text/plain"), None, q).await;
+    assert_eq!((status, code(&body)), (415, "BAD_REQUEST"));
+    let (status, _, _) = raw(&app, None, None, q).await;
+    assert_eq!(status, 415);
+}
+
+#[tokio::test]
+async fn get_runs_queries_but_never_mutations() {
+    let (app, _db) = TestApp::spawn().await;
+    let url = format!("{}/graphql", app.address);
+    let resp = app.client.get(&url).query(&[("query", "{doctors(first:1){edges{cursor}}}")]).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = app
+        .client
+        .get(&url)
+        .query(&[("query", "mutation{createDoctor(input:{name:\"x\"}){id}}")])
+        .bearer_auth(admin())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers()["allow"], "POST");
+    let resp = app
+        .client
+        .get(&url)
+        .query(&[("query", "query($f:Int){doctors(first:$f){edges{cursor}}}"), ("variables", "{\"f\":1}")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = app
+        .client
+        .get(&url)
+        .query(&[("query", "{doctors{edges{cursor}}}"), ("variables", "{bad")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let page = app.client.get(&url).header("accept", "text/html").send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().to_lowercase().contains("graphiql"));
+}
+
+#[tokio::test]
+async fn limits_on_body_depth_complexity_and_batches() {
+    let (app, _db) = TestApp::spawn().await;
+    let big = json!({ "query": format!("{{doctors{{edges{{cursor}}}}}} #{}", "x".repeat(300 * 1024)) }).to_string();
+    let (status, _, body) = raw(&app, Some("application/json"), None, big).await;
+    assert_eq!((status, code(&body)), (413, "BAD_REQUEST"));
+
+    let mut deep = String::from("id");
+    for _ in 0..10 {
+        deep = format!("slot{{doctor{{slots(date:\"2030-01-01\"){{{deep}}}}}}}");
+    }
+    let (status, body) = app.post(None, &format!("{{slot(id:\"1\"){{{deep}}}}}"), json!({})).await;
+    assert_eq!((status, code(&body)), (400, "BAD_REQUEST"), "{body}");
+
+    let wide: String = (0..600).map(|i| format!("a{i}:slot(id:\"1\"){{id}} ")).collect();
+    let (status, body) = app.post(None, &format!("{{{wide}}}"), json!({})).await;
+    assert_eq!((status, code(&body)), (400, "BAD_REQUEST"), "{body}");
+
+    let op = json!({ "query": "{doctors(first:1){edges{cursor}}}" });
+    let (status, body) = app.post_raw(None, Value::Array(vec![op.clone(); 10])).await;
+    assert_eq!(status, 200);
+    assert_eq!(body.as_array().map(Vec::len), Some(10));
+    let (status, body) = app.post_raw(None, Value::Array(vec![op; 11])).await;
+    assert_eq!((status, code(&body)), (400, "BAD_REQUEST"));
+}
+
+#[tokio::test]
+async fn malformed_ids_and_arguments_are_invalid_input() {
+    let (app, _db) = TestApp::spawn().await;
+    for q in [
+        "{slot(id:\"abc\"){id}}",
+        "{doctor(id:\"-1\"){id}}",
+        "{appointment(id:\"1.5\"){id}}",
+        "{availableSlots(doctorId:\"0\",date:\"2030-01-01\"){id}}",
+        "{doctors(first:101){edges{cursor}}}",
+        "{doctors(first:-1){edges{cursor}}}",
+        "{doctors(after:\"not-a-cursor\"){edges{cursor}}}",
+    ] {
+        let (status, body) = app.post(Some(&admin()), q, json!({})).await;
+        assert_eq!((status, code(&body)), (200, "INVALID_INPUT"), "{q}: {body}");
+    }
+    let bad_cancel = app.cancel(&patient(1), "zzz").await;
+    assert_eq!(user_error(&bad_cancel), Some("INVALID_INPUT"));
+    assert_eq!(user_error(&app.cancel(&patient(1), "424242").await), Some("APPOINTMENT_NOT_FOUND"));
+    for bad_date in ["2030-13-01", "30-01-01", "2030/01/01"] {
+        let (status, body) = app
+            .post(None, "query($t:Date!){availableSlots(doctorId:\"1\",date:$t){id}}", json!({ "t": bad_date }))
+            .await;
+        assert!(status < 500 && code(&body) == "BAD_REQUEST", "{bad_date}: {status} {body}");
+    }
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let (app, _db) = TestApp::spawn().await;
+    let health = app.client.get(format!("{}/healthz", app.address)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = app.client.get(format!("{}/readyz", app.address)).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["database"], "ok");
+    app.post(None, "{doctors{edges{cursor}}}", json!({})).await;
+    let metrics = app.client.get(format!("{}/metrics", app.address)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("graphql_requests_total"), "{metrics}");
+    assert!(metrics.contains("db_pool_in_use"));
+}
+
+#[tokio::test]
+async fn request_ids_are_echoed() {
+    let (app, _db) = TestApp::spawn().await;
+    let resp = app
+        .client
+        .post(format!("{}/graphql", app.address))
+        .header("x-request-id", "trace-me-1")
+        .json(&json!({ "query": "{doctors{edges{cursor}}}" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["x-request-id"], "trace-me-1");
+}

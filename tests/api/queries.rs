@@ -1,0 +1,121 @@
+//! Reads: the doctors connection, slot lists, and the constant statement count of nested pages.
+
+use std::sync::Arc;
+
+use clinic_booking::{
+    auth::{Caller, Principal, Role},
+    booking::{BookRequest, BookingService},
+    config::DatabaseTarget,
+    db::{Db, PoolSettings},
+    graphql::{build_schema, Loaders, QueryLimits, RequestContext},
+};
+use serde_json::json;
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn doctors_connection_pages_by_cursor() {
+    let (app, _db) = TestApp::spawn().await;
+    for _ in 0..3 {
+        app.create_doctor("UTC").await;
+    }
+    let q = "query($a:String){doctors(first:2,after:$a){edges{cursor node{id}} pageInfo{hasNextPage endCursor}}}";
+    let first = app.gql(None, q, json!({ "a": null })).await["doctors"].clone();
+    assert_eq!(first["edges"].as_array().unwrap().len(), 2);
+    assert_eq!(first["pageInfo"]["hasNextPage"], true);
+    let second = app.gql(None, q, json!({ "a": first["pageInfo"]["endCursor"] })).await["doctors"].clone();
+    assert_eq!(second["edges"].as_array().unwrap().len(), 1);
+    assert_eq!(second["pageInfo"]["hasNextPage"], false);
+    assert_ne!(second["edges"][0]["node"]["id"], first["edges"][1]["node"]["id"]);
+}
+
+#[tokio::test]
+async fn available_slots_hide_full_ones_and_doctor_slots_show_all() {
+    let (app, _db) = TestApp::spawn().await;
+    let d = app.create_doctor("Europe/Paris").await;
+    let slots = app.publish(&d, &tomorrow(), "09:00", "10:00", 20, 1).await;
+    assert_eq!(slots.len(), 3);
+    app.book(&patient(1), &slots[1], "k", None).await;
+    let q = "query($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t){id available} doctor(id:$d){slots(date:$t){id bookedCount}}}";
+    let data = app.gql(None, q, json!({ "d": d, "t": tomorrow() })).await;
+    let free: Vec<&str> =
+        data["availableSlots"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(free, [slots[0].as_str(), slots[2].as_str()]);
+    assert_eq!(data["doctor"]["slots"][1]["bookedCount"], 1);
+    assert_eq!(
+        app.gql(None, "{availableSlots(doctorId:\"987654\",date:\"2030-01-01\"){id}}", json!({})).await
+            ["availableSlots"],
+        json!([])
+    );
+}
+
+/// A page of N appointments with their slots and doctors costs the same number of statements
+/// for any N: the DataLoaders batch each relation into one query.
+#[tokio::test]
+async fn nested_pages_cost_a_constant_number_of_statements() {
+    let database = TestDatabase::new().await;
+    let target = DatabaseTarget::parse(&database.url).unwrap();
+    let settings = PoolSettings {
+        max_connections: 4,
+        acquire_timeout: std::time::Duration::from_secs(5),
+        statement_timeout: std::time::Duration::from_secs(5),
+    };
+    let db = Db::connect(&target, &settings).await.unwrap();
+    db.migrate().await.unwrap();
+    // No relay, no background work: every statement counted is the query's own.
+    let service = BookingService::new(db.clone(), Arc::new(tokio::sync::Notify::new()));
+    let schema = build_schema(QueryLimits { depth: 15, complexity: 1000 }, Some(service.clone()));
+    let admin = Caller { sub: "a".into(), role: Role::Admin, patient_id: None, doctor_id: None };
+    let patient = Caller { sub: "7".into(), role: Role::Patient, patient_id: Some(7), doctor_id: None };
+
+    let mut costs = Vec::new();
+    for n in [2usize, 12] {
+        // n more appointments for patient 7, each with its own doctor.
+        for _ in 0..n / 2 {
+            let doctor = service
+                .create_doctor(
+                    &admin,
+                    clinic_booking::booking::NewDoctor { name: "D".into(), specialty: None, timezone: None },
+                )
+                .await
+                .unwrap();
+            let published = service
+                .publish_schedule(
+                    &admin,
+                    clinic_booking::booking::PublishRequest {
+                        doctor_id: doctor.id.to_string(),
+                        date: chrono::Utc::now().date_naive() + chrono::Days::new(1),
+                        start_time: "09:00".into(),
+                        end_time: "09:30".into(),
+                        slot_minutes: Some(15),
+                        capacity: Some(1),
+                    },
+                )
+                .await
+                .unwrap();
+            for slot in published.slots {
+                let req = BookRequest {
+                    slot_id: slot.id.to_string(),
+                    idempotency_key: format!("k{}", slot.id),
+                    patient_id: None,
+                };
+                service.book(&patient, &req).await.unwrap().unwrap();
+            }
+        }
+        let before = db.statements_executed();
+        let request = async_graphql::Request::new(
+            "{myAppointments{id slot{id startAt doctor{id name slots(date:\"2030-01-01\"){id}}}}}",
+        )
+        .data(RequestContext { principal: Principal::Caller(patient.clone()), request_id: "t".into() })
+        .data(Loaders::new(&db));
+        let response = schema.execute(request).await;
+        assert!(response.errors.is_empty(), "{:?}", response.errors);
+        let listed = response.data.into_json().unwrap()["myAppointments"].as_array().unwrap().len();
+        costs.push((listed, db.statements_executed() - before));
+    }
+    assert_eq!(costs[0].0, 2);
+    assert_eq!(costs[1].0, 14);
+    assert_eq!(costs[0].1, costs[1].1, "statements for 2 vs 14 appointments: {costs:?}");
+    assert!(costs[0].1 <= 4, "{costs:?}");
+    drop(database);
+}

@@ -1,0 +1,176 @@
+//! Concurrency: many tasks released together by a barrier against the real database, on one
+//! instance and on two instances sharing the database.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::Barrier;
+
+use crate::helpers::*;
+
+/// Rate limiting is off here: these tests hammer one patient on purpose.
+const NO_LIMIT: &[(&str, &str)] = &[("RATE_LIMIT_BOOKINGS", "0")];
+
+/// One or two instances on one fresh database.
+async fn instances(two: bool) -> (Vec<Arc<TestApp>>, TestDatabase) {
+    let db = TestDatabase::new().await;
+    let mut apps = vec![Arc::new(TestApp::spawn_on(&db, NO_LIMIT).await)];
+    if two {
+        apps.push(Arc::new(TestApp::spawn_on(&db, NO_LIMIT).await));
+    }
+    (apps, db)
+}
+
+/// Runs `n` bookings released together; task `i` books as `token(i)` with key `key(i)`.
+async fn race<T, K>(apps: &[Arc<TestApp>], n: usize, slot: &str, token: T, key: K, patient: Option<&str>) -> Vec<Value>
+where
+    T: Fn(usize) -> String,
+    K: Fn(usize) -> String,
+{
+    let barrier = Arc::new(Barrier::new(n));
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let (app, barrier) = (Arc::clone(&apps[i % apps.len()]), Arc::clone(&barrier));
+        let (slot, token, key, patient) = (slot.to_owned(), token(i), key(i), patient.map(str::to_owned));
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            app.book(&token, &slot, &key, patient.as_deref()).await
+        }));
+    }
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+fn booked(answers: &[Value]) -> usize {
+    answers.iter().filter(|a| a["appointment"].is_object()).count()
+}
+
+async fn many_patients_one_seat(two: bool) {
+    let (apps, _db) = instances(two).await;
+    let (_, slot) = apps[0].doctor_with_slot(1).await;
+    let answers = race(&apps, 200, &slot, |i| patient(1000 + i as u64), |i| format!("k{i}"), None).await;
+    assert_eq!(booked(&answers), 1);
+    assert!(answers.iter().filter(|a| a["appointment"].is_null()).all(|a| user_error(a) == Some("SLOT_FULL")));
+    assert_eq!(apps[0].slot(&slot).await["bookedCount"], 1);
+    apps[0].assert_counts_consistent().await;
+}
+
+async fn many_patients_ten_seats(two: bool) {
+    let (apps, _db) = instances(two).await;
+    let (_, slot) = apps[0].doctor_with_slot(10).await;
+    let answers = race(&apps, 200, &slot, |i| patient(5000 + i as u64), |i| format!("k{i}"), None).await;
+    assert_eq!(booked(&answers), 10);
+    assert_eq!(apps[0].slot(&slot).await["bookedCount"], 10);
+    apps[0].assert_counts_consistent().await;
+}
+
+async fn concurrent_retries_one_key(two: bool) {
+    let (apps, _db) = instances(two).await;
+    let (_, slot) = apps[0].doctor_with_slot(1).await;
+    let token = partner("retrying-client");
+    let answers = race(&apps, 50, &slot, |_| token.clone(), |_| "same-key".into(), Some("42")).await;
+    let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
+    assert_eq!(ids.len(), 50, "every retry answers with the appointment: {answers:?}");
+    assert!(ids.iter().all(|id| *id == ids[0]));
+    assert_eq!(answers.iter().filter(|a| a["replayed"] == false).count(), 1, "exactly one original");
+    assert_eq!(apps[0].slot(&slot).await["bookedCount"], 1);
+    apps[0].assert_counts_consistent().await;
+}
+
+async fn concurrent_cancels(two: bool) {
+    let (apps, _db) = instances(two).await;
+    let (_, slot) = apps[0].doctor_with_slot(3).await;
+    let token = patient(9);
+    let id = apps[0].book(&token, &slot, "k", None).await["appointment"]["id"].as_str().expect("booked").to_owned();
+    let barrier = Arc::new(Barrier::new(20));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (app, barrier, token, id) =
+            (Arc::clone(&apps[i % apps.len()]), Arc::clone(&barrier), token.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            app.cancel(&token, &id).await
+        }));
+    }
+    let mut cancelled = 0;
+    for t in tasks {
+        let answer = t.await.expect("task");
+        assert_eq!(answer["appointment"]["status"], "CANCELLED");
+        cancelled += usize::from(answer["cancelled"] == true);
+    }
+    assert_eq!(cancelled, 1, "the seat is released exactly once");
+    let state = apps[0].slot(&slot).await;
+    assert_eq!((state["bookedCount"].as_i64(), state["version"].as_i64()), (Some(0), Some(2)));
+    apps[0].assert_counts_consistent().await;
+}
+
+#[tokio::test]
+async fn two_hundred_patients_one_seat() {
+    many_patients_one_seat(false).await;
+}
+
+#[tokio::test]
+async fn two_hundred_patients_one_seat_two_instances() {
+    many_patients_one_seat(true).await;
+}
+
+#[tokio::test]
+async fn two_hundred_patients_ten_seats() {
+    many_patients_ten_seats(false).await;
+}
+
+#[tokio::test]
+async fn two_hundred_patients_ten_seats_two_instances() {
+    many_patients_ten_seats(true).await;
+}
+
+#[tokio::test]
+async fn fifty_concurrent_retries_make_one_appointment() {
+    concurrent_retries_one_key(false).await;
+}
+
+#[tokio::test]
+async fn fifty_concurrent_retries_make_one_appointment_two_instances() {
+    concurrent_retries_one_key(true).await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_cancels_release_once() {
+    concurrent_cancels(false).await;
+}
+
+#[tokio::test]
+async fn twenty_concurrent_cancels_release_once_two_instances() {
+    concurrent_cancels(true).await;
+}
+
+#[tokio::test]
+async fn mixed_storm_keeps_counts_equal_to_bookings() {
+    // Bookings, retries and cancels interleaved on several slots at once.
+    let (apps, _db) = instances(true).await;
+    let doctor = apps[0].create_doctor("UTC").await;
+    let slots = apps[0].publish(&doctor, &tomorrow(), "10:00", "11:00", 15, 3).await;
+    let barrier = Arc::new(Barrier::new(120));
+    let mut tasks = Vec::new();
+    for i in 0..120usize {
+        let (app, barrier) = (Arc::clone(&apps[i % 2]), Arc::clone(&barrier));
+        let slot = slots[i % slots.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let token = patient(100 + (i % 30) as u64);
+            barrier.wait().await;
+            let answer = app.book(&token, &slot, &format!("k{}", i % 60), None).await;
+            if i % 3 == 0 {
+                if let Some(id) = answer["appointment"]["id"].as_str() {
+                    app.cancel(&token, id).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    apps[0].assert_counts_consistent().await;
+}
