@@ -2,8 +2,9 @@
 //! operation or a batch), `GET /graphql?query=…` for queries only, GraphiQL for browsers.
 //!
 //! Request errors (unreadable JSON, a document that does not parse or validate, limits) are
-//! answered 400 with no `data`; execution errors are 200 with `data`. Every error carries
-//! `extensions.code`.
+//! answered 400 with no `data` in `application/graphql-response+json` (200 for a legacy client
+//! that accepts only `application/json`, as the spec asks); execution errors are 200 with
+//! `data`. Every error carries `extensions.code`.
 
 use std::{collections::HashMap, time::Instant};
 
@@ -53,6 +54,7 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
     };
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
+        // Unreadable JSON is 400 whatever the client accepts (the audit's BCF8).
         Err(e) => return request_error(StatusCode::BAD_REQUEST, media, &format!("the body is not valid JSON: {e}")),
     };
     let (items, batched) = match parsed {
@@ -61,7 +63,7 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
     };
     if items.is_empty() || items.len() > state.limits.max_batch {
         return request_error(
-            StatusCode::BAD_REQUEST,
+            bad_request(media),
             media,
             &format!("a batch holds 1 to {} operations", state.limits.max_batch),
         );
@@ -70,7 +72,7 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
     for item in items {
         match graphql_request(item) {
             Ok(r) => requests.push(r),
-            Err(msg) => return request_error(StatusCode::BAD_REQUEST, media, &msg),
+            Err(msg) => return request_error(bad_request(media), media, &msg),
         }
     }
     execute(state, &headers, requests, batched, media).await
@@ -99,7 +101,7 @@ pub(super) async fn get(
         let value = match k.as_str() {
             "variables" | "extensions" => match serde_json::from_str(&v) {
                 Ok(v) => v,
-                Err(_) => return request_error(StatusCode::BAD_REQUEST, media, &format!("{k} is not JSON")),
+                Err(_) => return request_error(bad_request(media), media, &format!("{k} is not JSON")),
             },
             _ => Value::String(v),
         };
@@ -107,7 +109,7 @@ pub(super) async fn get(
     }
     let request = match graphql_request(Value::Object(object)) {
         Ok(r) => r,
-        Err(msg) => return request_error(StatusCode::BAD_REQUEST, media, &msg),
+        Err(msg) => return request_error(bad_request(media), media, &msg),
     };
     if is_mutation(&request) {
         let mut resp = request_error(StatusCode::METHOD_NOT_ALLOWED, media, "mutations are sent with POST");
@@ -196,7 +198,7 @@ async fn execute(
             .record(started.elapsed().as_secs_f64());
         if !batched {
             if request_error {
-                status = StatusCode::BAD_REQUEST;
+                status = bad_request(media);
             } else if outcome == code::RATE_LIMITED {
                 status = StatusCode::TOO_MANY_REQUESTS;
                 retry_after = body.pointer("/errors/0/extensions/retryAfterSeconds").and_then(Value::as_u64);
@@ -282,6 +284,16 @@ fn response_media(headers: &HeaderMap) -> &'static str {
         GRAPHQL_RESPONSE
     } else {
         JSON
+    }
+}
+
+/// The status of a request error: 400 with `application/graphql-response+json`; 200 for a
+/// client that accepts only legacy `application/json`, as the GraphQL-over-HTTP spec asks.
+fn bad_request(media: &'static str) -> StatusCode {
+    if media == JSON {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
     }
 }
 

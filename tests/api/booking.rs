@@ -71,3 +71,30 @@ async fn capacity_is_shared_and_already_booked_wins_over_full() {
     assert_eq!(user_error(&app.book(&p, &slot, "e", Some("12")).await), Some("SLOT_FULL"));
     app.assert_counts_consistent().await;
 }
+
+#[tokio::test]
+async fn internal_failures_are_masked_and_roll_back() {
+    use sea_orm::ConnectionTrait;
+    let (app, _db) = TestApp::spawn().await;
+    let (_, slot) = app.doctor_with_slot(2).await;
+    let kept = app.book(&patient(1), &slot, "k1", None).await["appointment"]["id"].as_str().unwrap().to_owned();
+    // Break the schema under the running server: the outbox insert of the next booking fails.
+    app.db.conn().execute_unprepared("DROP TABLE outbox").await.unwrap();
+
+    let (status, body) = app.post(Some(&patient(2)), BOOK, json!({ "s": slot, "k": "k2", "p": null })).await;
+    assert_eq!(status, 200);
+    let error = &body["errors"][0];
+    assert_eq!(error["extensions"]["code"], "INTERNAL", "{body}");
+    assert_eq!(error["message"], "internal error", "no detail leaks: {body}");
+    assert!(error["extensions"]["requestId"].is_string());
+    let (_, body) = app
+        .post(Some(&patient(1)), "mutation($id:ID!){cancelAppointment(id:$id){cancelled}}", json!({ "id": kept }))
+        .await;
+    assert_eq!(body["errors"][0]["extensions"]["code"], "INTERNAL");
+
+    // Both transactions rolled back: one seat taken, by the first booking, still BOOKED.
+    assert_eq!(app.slot(&slot).await["bookedCount"], 1);
+    let still = app.gql(Some(&patient(1)), "query($id:ID!){appointment(id:$id){status}}", json!({ "id": kept })).await;
+    assert_eq!(still["appointment"]["status"], "BOOKED");
+    app.assert_counts_consistent().await;
+}

@@ -54,6 +54,16 @@ async fn request_errors_are_400_without_data() {
 }
 
 #[tokio::test]
+async fn legacy_json_clients_get_200_for_document_errors() {
+    let (app, _db) = TestApp::spawn().await;
+    let accept = Some("application/json");
+    let (status, media, body) = raw(&app, Some("application/json"), accept, r#"{"query":"{"}"#).await;
+    assert_eq!((status, media.as_str(), code(&body)), (200, "application/json", "BAD_REQUEST"));
+    let (status, _, body) = raw(&app, Some("application/json"), accept, "{not json").await;
+    assert_eq!((status, code(&body)), (400, "BAD_REQUEST"));
+}
+
+#[tokio::test]
 async fn media_types_follow_accept_and_content_type_is_required() {
     let (app, _db) = TestApp::spawn().await;
     let q = r#"{"query":"{doctors{edges{cursor}}}"}"#;
