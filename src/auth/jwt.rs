@@ -119,22 +119,26 @@ mod tests {
         Claims { sub: sub.into(), role: role.into(), exp: chrono::Utc::now().timestamp() + exp_in, doctor_id: None }
     }
 
+    type TestResult = Result<(), TokenError>;
+
     #[test]
-    fn round_trip() {
-        let t = issuer().issue(&claims("patient", "77", 60)).unwrap();
-        let c = issuer().verify(&t).unwrap();
+    fn round_trip() -> TestResult {
+        let t = issuer().issue(&claims("patient", "77", 60))?;
+        let c = issuer().verify(&t)?;
         assert_eq!((c.role, c.patient_id), (Role::Patient, Some(77)));
+        Ok(())
     }
 
     #[test]
-    fn refuses_expired_unknown_role_and_foreign_signature() {
+    fn refuses_expired_unknown_role_and_foreign_signature() -> TestResult {
         let i = issuer();
-        assert!(i.verify(&i.issue(&claims("patient", "77", -5)).unwrap()).is_err());
-        assert!(i.verify(&i.issue(&claims("root", "1", 60)).unwrap()).is_err());
-        assert!(i.verify(&i.issue(&claims("patient", "abc", 60)).unwrap()).is_err());
-        assert!(i.verify(&i.issue(&claims("doctor", "d", 60)).unwrap()).is_err());
+        assert!(i.verify(&i.issue(&claims("patient", "77", -5))?).is_err());
+        assert!(i.verify(&i.issue(&claims("root", "1", 60))?).is_err());
+        assert!(i.verify(&i.issue(&claims("patient", "abc", 60))?).is_err());
+        assert!(i.verify(&i.issue(&claims("doctor", "d", 60))?).is_err());
         let other = TokenIssuer::new(&Secret::new("another-secret-of-enough-length"));
-        assert!(i.verify(&other.issue(&claims("admin", "1", 60)).unwrap()).is_err());
+        assert!(i.verify(&other.issue(&claims("admin", "1", 60))?).is_err());
+        Ok(())
     }
 
     #[test]

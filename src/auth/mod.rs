@@ -162,7 +162,7 @@ mod tests {
         Caller {
             sub: sub.into(),
             role,
-            patient_id: (role == Role::Patient).then(|| sub.parse().unwrap()),
+            patient_id: if role == Role::Patient { sub.parse().ok() } else { None },
             doctor_id: (role == Role::Doctor).then_some(9),
         }
     }

@@ -94,62 +94,71 @@ pub fn plan_day(
 mod tests {
     use super::*;
 
-    fn date(s: &str) -> NaiveDate {
-        NaiveDate::parse_from_str(s, "%Y-%m-%d").unwrap()
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn date(s: &str) -> Result<NaiveDate, chrono::ParseError> {
+        NaiveDate::parse_from_str(s, "%Y-%m-%d")
+    }
+
+    fn local(slots: &[NewSlot], tz: Tz) -> Vec<String> {
+        slots.iter().map(|s| s.start_at.with_timezone(&tz).format("%H:%M%z").to_string()).collect()
     }
 
     #[test]
-    fn ordinary_day_in_utc() {
-        let slots = plan_day(Tz::UTC, date("2030-01-10"), 9 * 60, 17 * 60, 15).unwrap();
+    fn ordinary_day_in_utc() -> TestResult {
+        let slots = plan_day(Tz::UTC, date("2030-01-10")?, 9 * 60, 17 * 60, 15)?;
         assert_eq!(slots.len(), 32);
         assert_eq!(slots[0].start_at.to_rfc3339(), "2030-01-10T09:00:00+00:00");
         assert_eq!(slots[31].end_at.to_rfc3339(), "2030-01-10T17:00:00+00:00");
+        Ok(())
     }
 
     #[test]
-    fn a_partial_last_slot_is_dropped() {
-        let slots = plan_day(Tz::UTC, date("2030-01-10"), 9 * 60, 10 * 60, 25).unwrap();
+    fn a_partial_last_slot_is_dropped() -> TestResult {
+        let slots = plan_day(Tz::UTC, date("2030-01-10")?, 9 * 60, 10 * 60, 25)?;
         assert_eq!(slots.len(), 2);
+        Ok(())
     }
 
     #[test]
-    fn spring_forward_loses_an_hour() {
+    fn spring_forward_loses_an_hour() -> TestResult {
         // America/New_York: 2030-03-10 02:00 EST jumps to 03:00 EDT.
-        let tz: Tz = "America/New_York".parse().unwrap();
-        let slots = plan_day(tz, date("2030-03-10"), 0, 4 * 60, 60).unwrap();
-        let starts: Vec<String> =
-            slots.iter().map(|s| s.start_at.with_timezone(&tz).format("%H:%M%z").to_string()).collect();
-        assert_eq!(starts, ["00:00-0500", "01:00-0500", "03:00-0400"]);
+        let tz: Tz = "America/New_York".parse()?;
+        let slots = plan_day(tz, date("2030-03-10")?, 0, 4 * 60, 60)?;
+        assert_eq!(local(&slots, tz), ["00:00-0500", "01:00-0500", "03:00-0400"]);
+        Ok(())
     }
 
     #[test]
-    fn a_start_in_the_gap_moves_forward() {
-        let tz: Tz = "America/New_York".parse().unwrap();
-        let t = resolve_local(tz, date("2030-03-10").and_hms_opt(2, 30, 0).unwrap());
+    fn a_start_in_the_gap_moves_forward() -> TestResult {
+        let tz: Tz = "America/New_York".parse()?;
+        let t = resolve_local(tz, date("2030-03-10")?.and_hms_opt(2, 30, 0).ok_or("bad time")?);
         assert_eq!(t.with_timezone(&tz).format("%H:%M%z").to_string(), "03:30-0400");
+        Ok(())
     }
 
     #[test]
-    fn fall_back_repeats_an_hour() {
+    fn fall_back_repeats_an_hour() -> TestResult {
         // Europe/Berlin: 2030-10-27 03:00 CEST goes back to 02:00 CET.
-        let tz: Tz = "Europe/Berlin".parse().unwrap();
-        let slots = plan_day(tz, date("2030-10-27"), 60, 4 * 60, 60).unwrap();
-        let starts: Vec<String> =
-            slots.iter().map(|s| s.start_at.with_timezone(&tz).format("%H:%M%z").to_string()).collect();
-        assert_eq!(starts, ["01:00+0200", "02:00+0200", "02:00+0100", "03:00+0100"]);
+        let tz: Tz = "Europe/Berlin".parse()?;
+        let slots = plan_day(tz, date("2030-10-27")?, 60, 4 * 60, 60)?;
+        assert_eq!(local(&slots, tz), ["01:00+0200", "02:00+0200", "02:00+0100", "03:00+0100"]);
+        Ok(())
     }
 
     #[test]
-    fn day_bounds_follow_the_zone() {
-        let tz: Tz = "Europe/Berlin".parse().unwrap();
-        let (from, to) = day_bounds(tz, date("2030-10-27"));
+    fn day_bounds_follow_the_zone() -> TestResult {
+        let tz: Tz = "Europe/Berlin".parse()?;
+        let (from, to) = day_bounds(tz, date("2030-10-27")?);
         assert_eq!((to - from).num_hours(), 25);
         assert_eq!(from.to_rfc3339(), "2030-10-26T22:00:00+00:00");
+        Ok(())
     }
 
     #[test]
-    fn refuses_empty_and_oversized_days() {
-        assert_eq!(plan_day(Tz::UTC, date("2030-01-10"), 600, 600, 15), Err(PlanError::EndNotAfterStart));
-        assert!(plan_day(Tz::UTC, date("2030-01-10"), 0, 1440, 1).is_ok());
+    fn refuses_empty_and_oversized_days() -> TestResult {
+        assert_eq!(plan_day(Tz::UTC, date("2030-01-10")?, 600, 600, 15), Err(PlanError::EndNotAfterStart));
+        assert!(plan_day(Tz::UTC, date("2030-01-10")?, 0, 1440, 1).is_ok());
+        Ok(())
     }
 }
