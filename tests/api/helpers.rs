@@ -43,10 +43,6 @@ pub(crate) fn backend() -> Backend {
         .clone()
 }
 
-/// True when the tests run against PostgreSQL.
-pub(crate) fn is_postgres() -> bool {
-    matches!(backend(), Backend::Postgres { .. })
-}
 
 /// True when the test servers share a Redis.
 pub(crate) fn has_redis() -> bool {
