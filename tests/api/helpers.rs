@@ -43,7 +43,6 @@ pub(crate) fn backend() -> Backend {
         .clone()
 }
 
-
 /// True when the test servers share a Redis.
 pub(crate) fn has_redis() -> bool {
     matches!(backend(), Backend::Postgres { redis_url: Some(_), .. })
