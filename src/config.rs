@@ -92,6 +92,21 @@ pub struct Config {
     pub rate_limit_bookings: u32,
     /// The rate-limit window (`RATE_LIMIT_WINDOW_SECS`).
     pub rate_limit_window: Duration,
+    /// How long a cached slot list may be served (`SLOT_CACHE_TTL_MS`, default 4000; 0 = no cache).
+    pub slot_cache_ttl: Duration,
+    /// How long a slot found full answers `SLOT_FULL` without the booking transaction
+    /// (`KNOWN_FULL_TTL_SECS`, default 30; 0 = off).
+    pub known_full_ttl: Duration,
+    /// Booking and cancel attempts using the database at once (`BOOKING_CONCURRENCY`, default
+    /// half of `DB_POOL_MAX`), so they never take the whole pool.
+    pub booking_concurrency: u32,
+    /// Longest wait for a booking slot of the bulkhead before `OVERLOADED`
+    /// (`BOOKING_QUEUE_TIMEOUT_MS`, default 2000).
+    pub booking_queue_timeout: Duration,
+    /// Longest wait for one Redis operation before going on without it (`REDIS_TIMEOUT_MS`, default 100).
+    pub redis_timeout: Duration,
+    /// PostgreSQL `statement_timeout` of the pool (`DB_STATEMENT_TIMEOUT_MS`, default 5000).
+    pub db_statement_timeout: Duration,
     /// Largest accepted request body in bytes (`MAX_BODY_BYTES`).
     pub max_body_bytes: usize,
     /// Deepest accepted query (`MAX_QUERY_DEPTH`).
@@ -102,6 +117,13 @@ pub struct Config {
     pub max_batch_operations: usize,
     /// Log line format (`LOG_FORMAT`: `text` or `json`).
     pub log_format: LogFormat,
+    /// How often the outbox relay looks for rows no commit of this instance announced, e.g. a
+    /// crashed instance's (`OUTBOX_POLL_MS`, default 500).
+    pub outbox_poll_interval: Duration,
+    /// Longest wait for `connection_init` on a WebSocket (`WS_INIT_TIMEOUT_MS`, default 10000).
+    pub ws_init_timeout: Duration,
+    /// Most operations running at once on one WebSocket (`WS_MAX_SUBSCRIPTIONS`, default 100).
+    pub ws_max_subscriptions: usize,
 }
 
 /// A setting that could not be used, with the variable's name and why.
@@ -173,6 +195,7 @@ impl Config {
                     .into(),
             });
         }
+        let db_pool_max = at_least(parse(&get, "DB_POOL_MAX", Some(32), "a number of connections")?, 2, "DB_POOL_MAX")?;
         let bind_addr = parse(&get, "BIND_ADDR", "127.0.0.1:8080".parse().ok(), "an address like 127.0.0.1:8080")?;
         let log_format = match get("LOG_FORMAT").as_deref() {
             None | Some("text") => LogFormat::Text,
@@ -192,12 +215,44 @@ impl Config {
             redis_prefix,
             jwt_secret,
             data_dir,
-            db_pool_max: at_least(parse(&get, "DB_POOL_MAX", Some(32), "a number of connections")?, 2, "DB_POOL_MAX")?,
+            db_pool_max,
             rate_limit_bookings: parse(&get, "RATE_LIMIT_BOOKINGS", Some(5), "a count (0 switches the limit off)")?,
             rate_limit_window: Duration::from_secs(at_least(
                 parse(&get, "RATE_LIMIT_WINDOW_SECS", Some(10), "a number of seconds")?,
                 1,
                 "RATE_LIMIT_WINDOW_SECS",
+            )?),
+            slot_cache_ttl: Duration::from_millis(parse(
+                &get,
+                "SLOT_CACHE_TTL_MS",
+                Some(4000),
+                "a number of milliseconds (0 switches the cache off)",
+            )?),
+            known_full_ttl: Duration::from_secs(parse(
+                &get,
+                "KNOWN_FULL_TTL_SECS",
+                Some(30),
+                "a number of seconds (0 switches it off)",
+            )?),
+            booking_concurrency: at_least(
+                parse(&get, "BOOKING_CONCURRENCY", Some(db_pool_max / 2), "a number of attempts")?,
+                1,
+                "BOOKING_CONCURRENCY",
+            )?,
+            booking_queue_timeout: Duration::from_millis(at_least(
+                parse(&get, "BOOKING_QUEUE_TIMEOUT_MS", Some(2000), "a number of milliseconds")?,
+                1,
+                "BOOKING_QUEUE_TIMEOUT_MS",
+            )?),
+            redis_timeout: Duration::from_millis(at_least(
+                parse(&get, "REDIS_TIMEOUT_MS", Some(100), "a number of milliseconds")?,
+                1,
+                "REDIS_TIMEOUT_MS",
+            )?),
+            db_statement_timeout: Duration::from_millis(at_least(
+                parse(&get, "DB_STATEMENT_TIMEOUT_MS", Some(5000), "a number of milliseconds")?,
+                100,
+                "DB_STATEMENT_TIMEOUT_MS",
             )?),
             max_body_bytes: at_least(
                 parse(&get, "MAX_BODY_BYTES", Some(256 * 1024), "a number of bytes")?,
@@ -216,6 +271,21 @@ impl Config {
                 "MAX_BATCH_OPERATIONS",
             )?,
             log_format,
+            outbox_poll_interval: Duration::from_millis(at_least(
+                parse(&get, "OUTBOX_POLL_MS", Some(500), "a number of milliseconds")?,
+                10,
+                "OUTBOX_POLL_MS",
+            )?),
+            ws_init_timeout: Duration::from_millis(at_least(
+                parse(&get, "WS_INIT_TIMEOUT_MS", Some(10_000), "a number of milliseconds")?,
+                1,
+                "WS_INIT_TIMEOUT_MS",
+            )?),
+            ws_max_subscriptions: at_least(
+                parse(&get, "WS_MAX_SUBSCRIPTIONS", Some(100), "a count")?,
+                1,
+                "WS_MAX_SUBSCRIPTIONS",
+            )?,
         })
     }
 
@@ -282,6 +352,28 @@ mod tests {
         assert_eq!(config(&[("RATE_LIMIT_BOOKINGS", "-1")]).unwrap_err().var, "RATE_LIMIT_BOOKINGS");
         assert_eq!(config(&[("LOG_FORMAT", "xml")]).unwrap_err().var, "LOG_FORMAT");
         assert_eq!(config(&[("JWT_SECRET", "short")]).unwrap_err().var, "JWT_SECRET");
+    }
+
+    #[test]
+    fn burst_protection_settings() {
+        let c = config(&[("DB_POOL_MAX", "20")]).unwrap();
+        assert_eq!(c.booking_concurrency, 10);
+        assert_eq!(c.slot_cache_ttl, Duration::from_millis(4000));
+        assert_eq!(c.known_full_ttl, Duration::from_secs(30));
+        assert_eq!(c.redis_timeout, Duration::from_millis(100));
+        let off = config(&[("SLOT_CACHE_TTL_MS", "0"), ("KNOWN_FULL_TTL_SECS", "0")]).unwrap();
+        assert!(off.slot_cache_ttl.is_zero() && off.known_full_ttl.is_zero());
+        for (var, bad) in [
+            ("SLOT_CACHE_TTL_MS", "-1"),
+            ("SLOT_CACHE_TTL_MS", "4s"),
+            ("KNOWN_FULL_TTL_SECS", "x"),
+            ("BOOKING_CONCURRENCY", "0"),
+            ("BOOKING_QUEUE_TIMEOUT_MS", "0"),
+            ("REDIS_TIMEOUT_MS", "0"),
+            ("DB_STATEMENT_TIMEOUT_MS", "50"),
+        ] {
+            assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! - [`auth`] — bearer tokens and roles.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
 //! - [`events`] — committed slot changes on their way to live subscribers.
+//! - [`guard`] — burst protection: slot-list cache, rate limit, known-full rejects, bulkhead.
 //! - [`telemetry`] — logging.
 //!
 //! # Error policy
@@ -30,6 +31,7 @@ pub mod config;
 pub mod db;
 pub mod events;
 pub mod graphql;
+pub mod guard;
 pub mod http;
 pub mod startup;
 pub mod telemetry;

@@ -44,6 +44,11 @@ enum Command {
     PrintSchema,
 }
 
+/// mimalloc instead of the system allocator: a GraphQL request makes many small short-lived
+/// allocations, and glibc's malloc took about a fifth of the CPU under load (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -10,7 +10,9 @@ use crate::{
     booking::BookingService,
     config::Config,
     db::{Db, PoolSettings, StoreError},
-    graphql::{build_schema, QueryLimits},
+    events::{Live, LiveSettings, LiveTasks, LoggingNotifier},
+    graphql::{build_schema, QueryLimits, SubscriptionExecutor},
+    guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
 };
 
@@ -33,6 +35,8 @@ pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     state: AppState,
+    /// The outbox relay and Redis subscriber: they stop with the server, or when this is dropped.
+    live_tasks: LiveTasks,
 }
 
 impl Application {
@@ -55,27 +59,45 @@ impl Application {
         let settings = PoolSettings {
             max_connections: config.db_pool_max,
             acquire_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(5),
+            statement_timeout: config.db_statement_timeout,
         };
         let db = Db::connect(&config.database, &settings).await?;
         db.migrate().await?;
         let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
-        let relay_wakeup = Arc::new(tokio::sync::Notify::new());
-        let service = BookingService::new(db, relay_wakeup);
-        let schema = build_schema(
-            QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity },
-            Some(service.clone()),
+        // Live availability: the relay drains the outbox, woken by this sink after each commit.
+        let (live, relay_sink, live_tasks) = Live::start(
+            db.clone(),
+            LiveSettings {
+                redis: redis.clone(),
+                redis_prefix: config.redis_prefix.clone(),
+                redis_timeout: Duration::from_secs(2),
+                poll_interval: config.outbox_poll_interval,
+                snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
+                notifier: Arc::new(LoggingNotifier),
+            },
         );
+        let relay_wakeup = Arc::new(relay_sink);
+        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
+        let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
+        let schema = build_schema(limits, Some(service.clone()));
+        let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
         let state = AppState {
             schema,
             service,
             tokens: Arc::new(TokenIssuer::new(&secret)),
-            limits: HttpLimits { max_body_bytes: config.max_body_bytes, max_batch: config.max_batch_operations },
+            limits: HttpLimits {
+                max_body_bytes: config.max_body_bytes,
+                max_batch: config.max_batch_operations,
+                ws_init_timeout: config.ws_init_timeout,
+                ws_max_subscriptions: config.ws_max_subscriptions,
+            },
             redis,
+            subscriptions,
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { listener, addr, state })
+        Ok(Self { listener, addr, state, live_tasks })
     }
 
     /// The bound address.
@@ -95,8 +117,12 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        tracing::info!(addr = %self.addr, "listening");
-        axum::serve(self.listener, router(self.state)).with_graceful_shutdown(shutdown).await
+        let Self { listener, addr, state, live_tasks } = self;
+        tracing::info!(addr = %addr, "listening");
+        let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+        // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
+        live_tasks.shutdown().await;
+        served
     }
 }
 

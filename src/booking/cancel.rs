@@ -30,6 +30,7 @@ impl BookingService {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(&["id"], msg))),
         };
+        let _entered = self.enter_bulkhead().await?;
         // Who holds it, where and who made it never change: reading them first is safe.
         let record = appointments::find_record(self.db.conn(), id).await?;
         let Some(record) = record.filter(|r| caller.may_cancel(read::access(r))) else {
@@ -51,6 +52,8 @@ impl BookingService {
         outbox::record(&tx, appointment::CANCELLED, cancelled.id, &slot, now).await?;
         tx.commit().await.map_err(StoreError::from)?;
         self.sink.committed(SlotChange::from_slot(&slot));
+        self.guard.known_full.mark_open(&slot).await;
+        self.slot_changed(&slot).await;
         Ok(Ok(Cancelled { appointment: cancelled, cancelled: true }))
     }
 }

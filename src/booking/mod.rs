@@ -4,11 +4,17 @@
 //! `UPDATE … WHERE booked_count < capacity AND start_at > now` plus the insert, in one
 //! transaction; a cancel is one conditional `BOOKED → CANCELLED` transition plus the release.
 //! Nothing here reads a value and then writes a decision based on it.
+//!
+//! In front of the database sit the guards of [`crate::guard`]: slot lists come from a cache
+//! that commits invalidate; booking attempts pass the per-patient rate limit, then the
+//! known-full check (a slot seen full answers `SLOT_FULL` after one indexed lookup of the
+//! caller's key and the patient's seat, without the transaction), then the bulkhead.
 
 mod book;
 mod cancel;
 pub mod error;
 pub mod input;
+mod lookup;
 mod publish;
 pub mod read;
 pub mod schedule;
@@ -21,24 +27,78 @@ pub use read::DoctorPage;
 
 use std::sync::Arc;
 
-use crate::{db::Db, events::CommitSink};
+use crate::{
+    db::{self, Db},
+    events::CommitSink,
+    guard::Guard,
+};
 
 /// The booking operations, shared by every request of an instance.
 #[derive(Clone)]
 pub struct BookingService {
     db: Db,
     sink: Arc<dyn CommitSink>,
+    guard: Arc<Guard>,
+    /// Coalesces the reads of attempts on known-full slots (PostgreSQL; started on first use).
+    lookups: Arc<std::sync::OnceLock<lookup::LookupBatcher>>,
+    /// Coalesces the slot lists the cache did not have (PostgreSQL; started on first use).
+    lists: Arc<std::sync::OnceLock<lookup::ListBatcher>>,
 }
 
 impl BookingService {
-    /// A service on `db`, telling `sink` about every committed slot change.
+    /// A service on `db`, telling `sink` about every committed slot change (no burst
+    /// protection until [`BookingService::with_guard`]).
     pub fn new(db: Db, sink: Arc<dyn CommitSink>) -> Self {
-        Self { db, sink }
+        Self { db, sink, guard: Arc::new(Guard::disabled()), lookups: Arc::default(), lists: Arc::default() }
+    }
+
+    /// The same service behind `guard` (cache, rate limit, known-full, bulkhead).
+    pub fn with_guard(self, guard: Arc<Guard>) -> Self {
+        Self { guard, ..self }
     }
 
     /// The database, for readiness checks and loaders.
     pub fn db(&self) -> &Db {
         &self.db
+    }
+
+    /// The burst protection, for `/metrics`.
+    pub fn guard(&self) -> &Guard {
+        &self.guard
+    }
+
+    /// Waits for the booking bulkhead (`OVERLOADED` when it stays full for the queue timeout).
+    async fn enter_bulkhead(&self) -> Result<crate::guard::Entered, ServiceError> {
+        self.guard.bulkhead.enter().await.map_err(|_| ServiceError::Overloaded)
+    }
+
+    /// The doctor's time zone: from the in-process map, else from the database (then kept).
+    /// `None` for an unknown doctor.
+    async fn timezone(&self, doctor_id: i64) -> Result<Option<chrono_tz::Tz>, ServiceError> {
+        if let Some(tz) = self.guard.timezones.get(doctor_id) {
+            return Ok(Some(tz));
+        }
+        let Some(doctor) = db::doctors::find(self.db.conn(), doctor_id).await? else {
+            return Ok(None);
+        };
+        let tz = input::parse_timezone(&doctor.timezone)
+            .map_err(|m| db::StoreError::Inconsistent(format!("doctor {doctor_id}: {m}")))?;
+        self.guard.timezones.put(doctor_id, tz);
+        Ok(Some(tz))
+    }
+
+    /// Deletes the cached list of the slot's day, after a commit that changed the slot. Awaited
+    /// before the answer, so a client that reads after its booking sees it on every instance.
+    async fn slot_changed(&self, slot: &db::entity::time_slot::Model) {
+        match self.timezone(slot.doctor_id).await {
+            Ok(Some(tz)) => {
+                let date = slot.start_at.with_timezone(&tz).date_naive();
+                self.guard.slots.invalidate(slot.doctor_id, date).await;
+            }
+            // The commit stands; the list may stay stale for at most the cache TTL.
+            Ok(None) => tracing::error!(slot = slot.id, "the doctor of a changed slot is missing"),
+            Err(e) => tracing::warn!(slot = slot.id, error = %e, "cannot invalidate the slot list"),
+        }
     }
 }
 

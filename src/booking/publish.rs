@@ -117,6 +117,9 @@ impl BookingService {
             PlanError::TooManySlots => ServiceError::invalid(&["input", "slotMinutes"], e.to_string()),
         })?;
         let created = slots::insert_skipping_existing(self.db.conn(), doctor_id, capacity, &plan).await?;
+        if created > 0 {
+            self.guard.slots.invalidate(doctor_id, req.date).await;
+        }
         let starts: Vec<_> = plan.iter().map(|s| s.start_at).collect();
         let slots = slots::at_starts(self.db.conn(), doctor_id, &starts).await?;
         let existing = (slots.len() as u64).saturating_sub(created);

@@ -77,16 +77,32 @@ impl BookingService {
     }
 
     /// The slots of a doctor's day that can still be booked; empty for an unknown doctor.
+    /// Served from the slot-list cache when it has the day (a few seconds stale at most).
     pub async fn available_slots(
         &self,
         raw_doctor_id: &str,
         date: NaiveDate,
     ) -> Result<Vec<time_slot::Model>, ServiceError> {
         let id = parse_arg_id("doctorId", raw_doctor_id)?;
-        let Some(doctor) = doctors::find(self.db.conn(), id).await? else {
+        let now = Utc::now();
+        if let Some(mut rows) = self.guard.slots.get(id, date).await {
+            // Cached a few seconds ago: drop what has started since.
+            rows.retain(|s| s.start_at > now);
+            return Ok(rows);
+        }
+        // An unknown doctor's empty list is not cached: the doctor may be created next.
+        let Some(tz) = self.timezone(id).await? else {
             return Ok(Vec::new());
         };
-        Ok(slots::available(self.db.conn(), doctor_day(&doctor, date)?, Utc::now()).await?)
+        let (from, to) = day_bounds(tz, date);
+        let range = DayRange { doctor_id: id, from, to };
+        let rows = if self.db.backend() == sea_orm::DbBackend::Postgres {
+            self.lists.get_or_init(|| super::lookup::ListBatcher::start(self.db.clone())).available(range).await?
+        } else {
+            slots::available(self.db.conn(), range, now).await?
+        };
+        self.guard.slots.put(id, date, &rows).await;
+        Ok(rows)
     }
 
     /// One appointment, if the caller may see it (`None` otherwise: no existence oracle).

@@ -186,7 +186,8 @@ pub async fn insert(conn: &impl ConnectionTrait, new: NewAppointment<'_>) -> Res
     row.insert(conn).await.map_err(classify)
 }
 
-fn classify(err: DbErr) -> InsertError {
+/// Tells the unique violations of an appointment insert apart by constraint.
+pub(crate) fn classify(err: DbErr) -> InsertError {
     if is_unique_violation(&err, UQ_APPOINTMENT_CALLER_KEY, "appointment.idempotency_key") {
         InsertError::KeyTaken
     } else if is_unique_violation(&err, UQ_APPOINTMENT_ACTIVE_PATIENT, "appointment.patient_id") {
@@ -220,4 +221,155 @@ pub async fn find_many(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<Vec<a
         .order_by_asc(appointment::Column::Id)
         .all(conn)
         .await?)
+}
+
+/// What a booking attempt on a slot known to be full still needs, in one indexed read with no
+/// transaction and no slot lock: the caller's appointment with this key (on any slot), and
+/// whether the patient holds a BOOKED seat in the slot.
+pub async fn key_or_seat(
+    conn: &impl ConnectionTrait,
+    booked_by: &str,
+    key: &str,
+    slot_id: i64,
+    patient_id: i64,
+) -> Result<(Option<appointment::Model>, bool), StoreError> {
+    use sea_orm::Condition;
+    let rows = appointment::Entity::find()
+        .filter(
+            Condition::any()
+                .add(
+                    Condition::all()
+                        .add(appointment::Column::BookedBy.eq(booked_by))
+                        .add(appointment::Column::IdempotencyKey.eq(key)),
+                )
+                .add(
+                    Condition::all()
+                        .add(appointment::Column::SlotId.eq(slot_id))
+                        .add(appointment::Column::PatientId.eq(patient_id))
+                        .add(appointment::Column::Status.eq(appointment::BOOKED)),
+                ),
+        )
+        .limit(2)
+        .all(conn)
+        .await?;
+    let holds_seat =
+        rows.iter().any(|r| r.slot_id == slot_id && r.patient_id == patient_id && r.status == appointment::BOOKED);
+    let by_key = rows.into_iter().find(|r| r.booked_by == booked_by && r.idempotency_key == key);
+    Ok((by_key, holds_seat))
+}
+
+/// One lookup of [`key_or_seat`] in a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyOrSeat {
+    /// The caller's scope.
+    pub booked_by: String,
+    /// The caller's idempotency key.
+    pub key: String,
+    /// The slot.
+    pub slot_id: i64,
+    /// The patient.
+    pub patient_id: i64,
+}
+
+/// What [`key_or_seats_pg`] found for one attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyOrSeatFound {
+    /// The caller's appointment with the key (on any slot).
+    pub by_key: Option<appointment::Model>,
+    /// Whether the patient holds a BOOKED appointment in the slot.
+    pub holds_seat: bool,
+    /// The slot as it is now (not locked), if it exists.
+    pub slot: Option<time_slot::Model>,
+}
+
+#[derive(FromQueryResult)]
+struct KeyOrSeatRow {
+    i: i64,
+    s_id: Option<i64>,
+    s_doctor_id: Option<i64>,
+    s_start_at: Option<DateTime<Utc>>,
+    s_end_at: Option<DateTime<Utc>>,
+    s_capacity: Option<i32>,
+    s_booked_count: Option<i32>,
+    s_version: Option<i64>,
+    k_id: Option<i64>,
+    k_slot_id: Option<i64>,
+    k_patient_id: Option<i64>,
+    k_status: Option<String>,
+    k_request_hash: Option<String>,
+    k_created_at: Option<DateTime<Utc>>,
+    k_cancelled_at: Option<DateTime<Utc>>,
+    held: bool,
+}
+
+/// [`key_or_seat`] plus the slot row for many attempts, in one PostgreSQL statement with one
+/// row per attempt (in order): each probe is an index lookup.
+pub async fn key_or_seats_pg(
+    conn: &impl ConnectionTrait,
+    lookups: &[KeyOrSeat],
+) -> Result<Vec<KeyOrSeatFound>, StoreError> {
+    use sea_orm::{DbBackend, Statement};
+    const SQL: &str = "\
+        SELECT l.i, s.id AS s_id, s.doctor_id AS s_doctor_id, s.start_at AS s_start_at, s.end_at AS s_end_at, \
+               s.capacity AS s_capacity, s.booked_count AS s_booked_count, s.version AS s_version, \
+               k.id AS k_id, k.slot_id AS k_slot_id, k.patient_id AS k_patient_id, k.status AS k_status, \
+               k.request_hash AS k_request_hash, k.created_at AS k_created_at, k.cancelled_at AS k_cancelled_at, \
+               EXISTS (SELECT 1 FROM appointment h WHERE h.slot_id = l.slot_id AND h.patient_id = l.patient_id \
+                       AND h.status = 'BOOKED') AS held \
+        FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY \
+             AS l(booked_by, key, slot_id, patient_id, i) \
+        LEFT JOIN time_slot s ON s.id = l.slot_id \
+        LEFT JOIN LATERAL (SELECT * FROM appointment a WHERE a.booked_by = l.booked_by \
+                           AND a.idempotency_key = l.key) k ON true \
+        ORDER BY l.i";
+    let stmt = Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        SQL,
+        [
+            lookups.iter().map(|l| l.booked_by.clone()).collect::<Vec<_>>().into(),
+            lookups.iter().map(|l| l.key.clone()).collect::<Vec<_>>().into(),
+            lookups.iter().map(|l| l.slot_id).collect::<Vec<_>>().into(),
+            lookups.iter().map(|l| l.patient_id).collect::<Vec<_>>().into(),
+        ],
+    );
+    let rows = KeyOrSeatRow::find_by_statement(stmt).all(conn).await?;
+    if rows.len() != lookups.len() || rows.iter().enumerate().any(|(n, r)| r.i != n as i64 + 1) {
+        return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
+    }
+    Ok(rows
+        .into_iter()
+        .zip(lookups)
+        .map(|(r, l)| {
+            let slot =
+                match (r.s_id, r.s_doctor_id, r.s_start_at, r.s_end_at, r.s_capacity, r.s_booked_count, r.s_version) {
+                    (
+                        Some(id),
+                        Some(doctor_id),
+                        Some(start_at),
+                        Some(end_at),
+                        Some(capacity),
+                        Some(booked_count),
+                        Some(version),
+                    ) => Some(time_slot::Model { id, doctor_id, start_at, end_at, capacity, booked_count, version }),
+                    _ => None,
+                };
+            let by_key = match (r.k_id, r.k_slot_id, r.k_patient_id, r.k_status, r.k_request_hash, r.k_created_at) {
+                (Some(id), Some(slot_id), Some(patient_id), Some(status), Some(request_hash), Some(created_at)) => {
+                    Some(appointment::Model {
+                        id,
+                        slot_id,
+                        patient_id,
+                        status,
+                        booked_by: l.booked_by.clone(),
+                        idempotency_key: l.key.clone(),
+                        request_hash,
+                        created_at,
+                        cancelled_at: r.k_cancelled_at,
+                    })
+                }
+                _ => None,
+            };
+            KeyOrSeatFound { by_key, holds_seat: r.held, slot }
+        })
+        .collect())
 }

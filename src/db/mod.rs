@@ -4,6 +4,7 @@
 //! inside one transaction. Nothing above this module writes SQL.
 
 pub mod appointments;
+pub mod book_pg;
 pub mod doctors;
 pub mod entity;
 pub mod outbox;
@@ -70,9 +71,14 @@ impl Db {
                 let options = PgConnectOptions::from_str(url)?
                     .options([("statement_timeout", timeout_ms.as_str())])
                     .application_name("clinic-booking");
+                // No ping before each acquire (sqlx's default): it is one more round trip per
+                // statement, about a tenth of the CPU of a slot list or a rejected booking. A
+                // connection that broke while idle fails its statement instead, and the pool
+                // drops it.
                 let pool = PgPoolOptions::new()
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
+                    .test_before_acquire(false)
                     .connect_with(options)
                     .await?;
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool)

@@ -162,3 +162,29 @@ pub async fn release_seat(conn: &impl ConnectionTrait, slot_id: i64) -> Result<t
         .await?;
     rows.pop().ok_or_else(|| StoreError::Inconsistent(format!("slot {slot_id} of a booked appointment is missing")))
 }
+
+/// [`available`] for many doctors' days in one PostgreSQL statement (each range an index range
+/// scan, forced by `LATERAL`), by doctor and start. The caller splits the rows by range.
+pub async fn available_in_ranges_pg(
+    conn: &impl ConnectionTrait,
+    ranges: &[DayRange],
+    now: DateTime<Utc>,
+) -> Result<Vec<time_slot::Model>, StoreError> {
+    use sea_orm::{DbBackend, FromQueryResult, Statement};
+    const SQL: &str = "\
+        SELECT t.* FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS r(doctor_id, from_at, to_at) \
+        CROSS JOIN LATERAL (SELECT * FROM time_slot WHERE doctor_id = r.doctor_id AND start_at >= r.from_at \
+                            AND start_at < r.to_at AND start_at > $4 AND booked_count < capacity) AS t \
+        ORDER BY t.doctor_id, t.start_at";
+    let stmt = Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        SQL,
+        [
+            ranges.iter().map(|r| r.doctor_id).collect::<Vec<_>>().into(),
+            ranges.iter().map(|r| r.from).collect::<Vec<_>>().into(),
+            ranges.iter().map(|r| r.to).collect::<Vec<_>>().into(),
+            now.into(),
+        ],
+    );
+    Ok(time_slot::Model::find_by_statement(stmt).all(conn).await?)
+}

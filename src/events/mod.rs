@@ -1,15 +1,49 @@
-//! Live availability: what a committed slot change looks like, and where it goes.
+//! Live availability: committed slot changes on their way from the outbox to every
+//! `slotAvailability` subscriber of every instance.
 //!
-//! The booking layer tells a [`CommitSink`] about each change right after its transaction
-//! commits; the durable record is the outbox row written inside that transaction.
+//! The path of one change:
+//!
+//! 1. a booking or cancel writes an outbox row in its own transaction and, after the commit,
+//!    rings the [`RelaySink`] (the booking service's [`CommitSink`]);
+//! 2. the [`relay`] of that instance (or any instance's, polling) claims the row, publishes it
+//!    (Redis `PUBLISH {prefix}:slots`, or straight to the bus without Redis), calls the
+//!    [`Notifier`] and deletes the row;
+//! 3. each instance's single Redis subscriber ([`pubsub`]) hands it to the in-process bus
+//!    ([`bus`]: one broadcast topic per doctor);
+//! 4. each subscription ([`stream`]) filters by its doctor and date, coalesces what its client
+//!    has not read yet to the latest state per slot, and never sends a version it already sent.
 
-use chrono::{DateTime, Utc};
+mod backoff;
+pub(crate) mod bus;
+pub mod notifier;
+pub(crate) mod pubsub;
+pub(crate) mod relay;
+pub(crate) mod stream;
+
+use std::{sync::Arc, time::Duration};
+
+use chrono::{DateTime, NaiveDate, Utc};
+use futures_util::Stream;
 use serde::{Deserialize, Serialize};
+use tokio::{
+    sync::{watch, Semaphore},
+    task::JoinHandle,
+};
 
-use crate::db::entity::time_slot;
+pub use notifier::{LoggingNotifier, Notification, NotificationKind, Notifier, NotifyError};
+pub use relay::RelaySink;
+pub use stream::UPCOMING_WINDOW;
+
+use crate::{
+    booking::{
+        read::{doctor_day, parse_arg_id},
+        ServiceError,
+    },
+    db::{doctors, entity::time_slot, Db, StoreError},
+};
 
 /// A slot's state right after a committed change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SlotChange {
     /// The slot.
     pub slot_id: i64,
@@ -45,9 +79,147 @@ pub trait CommitSink: Send + Sync + 'static {
     fn committed(&self, change: SlotChange);
 }
 
-/// Wakes the outbox relay: the change itself travels through the outbox row.
+/// A bare bell (the booking service without live availability); instances use [`RelaySink`].
 impl CommitSink for tokio::sync::Notify {
     fn committed(&self, _change: SlotChange) {
         self.notify_one();
+    }
+}
+
+/// A failure inside the live-availability machinery; logged and retried, never shown to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Redis failed or is unreachable.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A change could not be encoded.
+    #[error("encoding a change: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// Redis did not answer in time.
+    #[error("{0} timed out")]
+    Timeout(&'static str),
+}
+
+/// How an instance's live availability is set up.
+pub struct LiveSettings {
+    /// Redis for pub/sub between instances; `None`: in-process only (a single process).
+    pub redis: Option<redis::Client>,
+    /// Prefix of the Redis channel (`{prefix}:slots`).
+    pub redis_prefix: String,
+    /// Longest wait for one Redis publish round trip.
+    pub redis_timeout: Duration,
+    /// How often the relay looks at the outbox when no commit woke it.
+    pub poll_interval: Duration,
+    /// Subscriptions reading their snapshot from the database at once.
+    pub snapshot_concurrency: usize,
+    /// Who sends confirmations of committed bookings and cancels.
+    pub notifier: Arc<dyn Notifier>,
+}
+
+/// The subscription side of live availability, shared by every connection of an instance.
+#[derive(Clone)]
+pub struct Live {
+    bus: bus::Bus,
+    reader: stream::SnapshotReader,
+    stopping: watch::Receiver<bool>,
+}
+
+/// The relay and Redis subscriber tasks of an instance. They stop when [`LiveTasks::shutdown`]
+/// runs or this value is dropped, and every open subscription ends with them.
+pub struct LiveTasks {
+    stop: watch::Sender<bool>,
+    bus: bus::Bus,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Live {
+    /// Starts the relay (and the Redis subscriber, with Redis) on `db`. Returns the handle for
+    /// subscriptions, the sink the booking service rings after each commit, and the tasks.
+    pub fn start(db: Db, settings: LiveSettings) -> (Self, RelaySink, LiveTasks) {
+        let bus = bus::Bus::new();
+        let (stop, stopping) = watch::channel(false);
+        let sink = RelaySink::new();
+        let mut handles = Vec::new();
+        let publisher = match settings.redis {
+            Some(client) => {
+                let channel = pubsub::channel(&settings.redis_prefix);
+                handles.push(tokio::spawn(pubsub::run_subscriber(
+                    client.clone(),
+                    channel.clone(),
+                    bus.clone(),
+                    stopping.clone(),
+                )));
+                relay::Publisher::Redis(pubsub::RedisPublisher::new(client, channel, settings.redis_timeout))
+            }
+            None => relay::Publisher::Local(bus.clone()),
+        };
+        let relay = relay::Relay {
+            db: db.clone(),
+            publisher,
+            notifier: settings.notifier,
+            poll_interval: settings.poll_interval,
+        };
+        handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
+        let reader =
+            stream::SnapshotReader { db, permits: Arc::new(Semaphore::new(settings.snapshot_concurrency.max(1))) };
+        (Self { bus: bus.clone(), reader, stopping }, sink, LiveTasks { stop, bus, handles })
+    }
+
+    /// `slotAvailability`: the current state of the doctor's slots of `date` (in the doctor's
+    /// zone) or, without a date, of the slots starting in the next [`UPCOMING_WINDOW`]; then
+    /// each committed change of them. `INVALID_INPUT` for a malformed or unknown doctor id.
+    pub async fn slot_availability(
+        &self,
+        raw_doctor_id: &str,
+        date: Option<NaiveDate>,
+    ) -> Result<impl Stream<Item = SlotChange> + Send + 'static, ServiceError> {
+        let doctor_id = parse_arg_id("doctorId", raw_doctor_id)?;
+        let doctor = doctors::find(self.reader.db.conn(), doctor_id)
+            .await?
+            .ok_or_else(|| ServiceError::invalid(&["doctorId"], "no doctor with this id"))?;
+        let range = match date {
+            Some(date) => doctor_day(&doctor, date)?,
+            None => stream::upcoming(doctor.id, Utc::now()),
+        };
+        // Listen before reading the snapshot: nothing falls between the two.
+        let listener = self.bus.listen(doctor.id);
+        stream::open(stream::Watch { range }, listener, self.reader.clone()).await
+    }
+
+    /// Resolves when the instance starts stopping (WebSocket connections then close).
+    pub async fn stopped(&self) {
+        // An error means the tasks are gone: stopped as well.
+        stopped(&mut self.stopping.clone()).await;
+    }
+}
+
+/// Resolves once `stop` says true or its sender is gone (the guard `wait_for` returns is dropped
+/// here: held across an await it would make the task `!Send`).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(drop);
+}
+
+impl LiveTasks {
+    /// Stops the relay and the subscriber, waits for them (briefly), and ends the subscriptions.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        self.bus.close();
+        for mut handle in std::mem::take(&mut self.handles) {
+            if tokio::time::timeout(Duration::from_secs(5), &mut handle).await.is_err() {
+                tracing::warn!("a live-availability task did not stop in time; aborting it");
+                handle.abort();
+            }
+        }
+    }
+}
+
+impl Drop for LiveTasks {
+    fn drop(&mut self) {
+        // `send_replace` works without receivers too.
+        self.stop.send_replace(true);
+        self.bus.close();
     }
 }

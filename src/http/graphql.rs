@@ -188,7 +188,7 @@ async fn execute(
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
         let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
         let ctx = RequestContext { principal: principal.clone(), request_id: request_id.clone() };
-        let request = request.data(ctx).data(Loaders::new(state.service.db()));
+        let request = super::query_cache::with_parsed_query(request).data(ctx).data(Loaders::new(state.service.db()));
         let started = Instant::now();
         let response = state.schema.execute(request).instrument(span).await;
         let (body, outcome, request_error) = render(response, &request_id);

@@ -1,4 +1,12 @@
 //! `/metrics` in Prometheus text format.
+//!
+//! What is there, by name: `graphql_requests_total{operation,outcome}` and
+//! `graphql_request_seconds{operation}` (per request); `booking_attempts_total{outcome}` (BOOKED,
+//! REPLAYED, each userError code, RATE_LIMITED, OVERLOADED, …); `db_statement_seconds`,
+//! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
+//! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
+//! there), `booking_bulkhead_rejected_total`; `slot_cache_requests_total{result=hit|miss}`,
+//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`.
 
 use std::sync::OnceLock;
 
@@ -32,5 +40,8 @@ pub(super) async fn render(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!("db_pool_connections").set(f64::from(size));
     metrics::gauge!("db_pool_in_use").set(f64::from(size) - idle as f64);
     metrics::counter!("db_statements_total").absolute(state.service.db().statements_executed());
+    let bulkhead = &state.service.guard().bulkhead;
+    metrics::gauge!("booking_bulkhead_in_use").set(bulkhead.in_use() as f64);
+    metrics::gauge!("booking_bulkhead_waiting").set(bulkhead.waiting() as f64);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], install_recorder().render())
 }

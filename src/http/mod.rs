@@ -3,6 +3,7 @@
 mod graphql;
 mod health;
 mod metrics;
+mod query_cache;
 mod ws;
 
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub struct AppState {
     pub limits: HttpLimits,
     /// Redis, when configured (readiness reports it).
     pub redis: Option<redis::Client>,
+    /// Runs GraphQL over WebSocket (subscriptions to live availability rendered once per event).
+    pub subscriptions: crate::graphql::SubscriptionExecutor,
 }
 
 /// Limits of the HTTP layer.
@@ -43,6 +46,10 @@ pub struct HttpLimits {
     pub max_body_bytes: usize,
     /// Most operations in a batch.
     pub max_batch: usize,
+    /// Longest wait for `connection_init` on a WebSocket before closing it with 4408.
+    pub ws_init_timeout: std::time::Duration,
+    /// Most operations running at once on one WebSocket.
+    pub ws_max_subscriptions: usize,
 }
 
 /// The service's routes.

@@ -1,30 +1,371 @@
 //! GraphQL over WebSocket at `/graphql/ws`: `graphql-transport-ws` and legacy `graphql-ws`,
 //! with the bearer token in the `connection_init` payload.
+//!
+//! async-graphql runs the operations; this module guards the protocol around it, because
+//! async-graphql 7.2 closes with generic codes (1002/1011) or not at all where the graphql-ws
+//! protocol asks for specific ones. Every client message is inspected before async-graphql sees
+//! it, and a violation closes the connection with the protocol's code:
+//!
+//! | code | when |
+//! | --- | --- |
+//! | 4400 | a message that is not valid JSON of the protocol |
+//! | 4401 | `subscribe` before `connection_init` was acknowledged |
+//! | 4403 | the token in `connection_init` is invalid |
+//! | 4408 | no `connection_init` within `WS_INIT_TIMEOUT_MS` |
+//! | 4409 | `subscribe` with the id of an operation still running |
+//! | 4429 | a second `connection_init` |
+//! | 1001 | the server is shutting down |
+//!
+//! The same codes apply to the legacy protocol. A `subscribe` beyond `WS_MAX_SUBSCRIPTIONS`
+//! running operations is answered with an `error` message for that id (the connection stays).
 
-use async_graphql::Data;
-use async_graphql_axum::{GraphQLProtocol, GraphQLWebSocket};
-use axum::{
-    extract::{State, WebSocketUpgrade},
-    response::Response,
+use std::{
+    collections::{HashSet, VecDeque},
+    future::poll_fn,
+    pin::Pin,
+    str::FromStr,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, MutexGuard, PoisonError,
+    },
+    task::{Context, Poll, Wake, Waker},
 };
+
+use async_graphql::{
+    http::{ClientMessage, WebSocketProtocols, WsMessage},
+    Data,
+};
+use axum::{
+    extract::{
+        ws::{CloseFrame, Message, WebSocket},
+        State, WebSocketUpgrade,
+    },
+    http::{header, HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+};
+use futures_util::{task::AtomicWaker, SinkExt, StreamExt};
+use serde_json::json;
 
 use super::AppState;
 use crate::{auth::Principal, graphql::RequestContext};
 
+/// Close codes of the graphql-ws protocol (and one of RFC 6455).
+mod code {
+    pub(super) const GOING_AWAY: u16 = 1001;
+    pub(super) const POLICY: u16 = 1008;
+    pub(super) const BAD_MESSAGE: u16 = 4400;
+    pub(super) const UNAUTHORIZED: u16 = 4401;
+    pub(super) const FORBIDDEN: u16 = 4403;
+    pub(super) const INIT_TIMEOUT: u16 = 4408;
+    pub(super) const DUPLICATE_ID: u16 = 4409;
+    pub(super) const TOO_MANY_INITS: u16 = 4429;
+}
+
+/// How async-graphql starts the messages the send loop looks at.
+const COMPLETE: &str = r#"{"type":"complete""#;
+const ACK: &str = r#"{"type":"connection_ack""#;
+
+/// Initial read buffer of a connection; it grows for larger messages (up to the body limit).
+const READ_BUFFER: usize = 4 * 1024;
+
+/// Refusals of over-the-cap subscriptions waiting to be sent; more than this means the client
+/// floods without reading, and the connection is closed.
+const REPLY_QUEUE: usize = 64;
+
 /// Upgrades the connection and serves GraphQL operations on it.
-pub(super) async fn upgrade(
-    State(state): State<AppState>,
-    protocol: GraphQLProtocol,
-    ws: WebSocketUpgrade,
-) -> Response {
-    let schema = state.schema.clone();
-    ws.protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS).on_upgrade(move |socket| async move {
-        let tokens = state.tokens.clone();
-        GraphQLWebSocket::new(socket, schema, protocol)
-            .on_connection_init(move |payload| async move { connection_data(&tokens, &payload) })
-            .serve()
-            .await;
-    })
+pub(super) async fn upgrade(State(state): State<AppState>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+    let Some(protocol) = negotiate(&headers) else {
+        return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
+    };
+    ws.protocols([protocol.sec_websocket_protocol()])
+        // Client messages are small; the default 128 KiB read buffer per connection would be
+        // most of a subscriber's memory (tens of thousands of widgets stay connected).
+        .read_buffer_size(READ_BUFFER)
+        .max_message_size(state.limits.max_body_bytes)
+        .max_frame_size(state.limits.max_body_bytes)
+        .on_upgrade(move |socket| serve(socket, state, protocol))
+}
+
+/// The first sub-protocol the client offers that we speak.
+fn negotiate(headers: &HeaderMap) -> Option<WebSocketProtocols> {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| WebSocketProtocols::from_str(p.trim()).ok())
+}
+
+/// What one connection has seen so far; shared by the inbound guard, the init callback and the
+/// send loop (all on the connection's task, so the lock is never contended).
+#[derive(Debug, Default)]
+struct Conn {
+    init_seen: bool,
+    init_refused: bool,
+    running: HashSet<String>,
+    close: Option<(u16, String)>,
+    /// Answers of the guard itself (refused operations), sent before anything else.
+    replies: VecDeque<String>,
+}
+
+/// The guard's decision about one client message.
+enum Verdict {
+    /// Hand it to async-graphql (boxed: a request is large, the other verdicts are not).
+    Forward(Box<ClientMessage>),
+    /// Answer it here and forget it.
+    Reply(String),
+    /// Close the connection.
+    Close(u16, String),
+}
+
+impl Conn {
+    fn inspect(&mut self, protocol: WebSocketProtocols, max_running: usize, raw: &[u8]) -> Verdict {
+        let msg = match ClientMessage::from_bytes(raw) {
+            Ok(msg) => msg,
+            Err(e) => return Verdict::Close(code::BAD_MESSAGE, format!("Invalid message received: {e}")),
+        };
+        match &msg {
+            ClientMessage::ConnectionInit { .. } if self.init_seen => {
+                Verdict::Close(code::TOO_MANY_INITS, "Too many initialisation requests".into())
+            }
+            ClientMessage::ConnectionInit { .. } => {
+                self.init_seen = true;
+                Verdict::Forward(Box::new(msg))
+            }
+            ClientMessage::Start { .. } if !self.init_seen => Verdict::Close(code::UNAUTHORIZED, "Unauthorized".into()),
+            ClientMessage::Start { id, .. } if self.running.contains(id) => {
+                Verdict::Close(code::DUPLICATE_ID, format!("Subscriber for {id} already exists"))
+            }
+            ClientMessage::Start { id, .. } if self.running.len() >= max_running => {
+                Verdict::Reply(too_many_operations(protocol, id, max_running))
+            }
+            ClientMessage::Start { id, .. } => {
+                self.running.insert(id.clone());
+                Verdict::Forward(Box::new(msg))
+            }
+            ClientMessage::Stop { id } => {
+                self.running.remove(id);
+                Verdict::Forward(Box::new(msg))
+            }
+            _ => Verdict::Forward(Box::new(msg)),
+        }
+    }
+
+    /// Frees the id of an operation the server completed.
+    fn note_sent(&mut self, text: &str) {
+        // Serialized by async-graphql as `{"type":"complete","id":…}`; only those are parsed.
+        if text.starts_with(COMPLETE) {
+            if let Ok(done) = serde_json::from_str::<Completed>(text) {
+                self.running.remove(&done.id);
+            }
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Completed {
+    id: String,
+}
+
+/// The `error` message refusing an operation over the cap, in the protocol's shape.
+fn too_many_operations(protocol: WebSocketProtocols, id: &str, max: usize) -> String {
+    let error = json!({
+        "message": format!("at most {max} operations may run on one connection"),
+        "extensions": { "code": crate::graphql::error::code::BAD_REQUEST },
+    });
+    let payload = match protocol {
+        WebSocketProtocols::GraphQLWS => json!([error]),
+        WebSocketProtocols::SubscriptionsTransportWS => error,
+    };
+    json!({ "type": "error", "id": id, "payload": payload }).to_string()
+}
+
+fn lock(conn: &Mutex<Conn>) -> MutexGuard<'_, Conn> {
+    conn.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Counts open connections in the `ws_connections_open` gauge.
+struct OpenConnection;
+
+impl OpenConnection {
+    fn new() -> Self {
+        metrics::gauge!("ws_connections_open").increment(1.0);
+        Self
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        metrics::gauge!("ws_connections_open").decrement(1.0);
+    }
+}
+
+/// The read side of a socket, polled only after the socket woke the task. async-graphql polls
+/// its input on every turn (twice per event sent), and polling the socket (lock, WebSocket
+/// codec, readiness registration) costs far more than this flag: with thousands of
+/// subscribers, that difference is a good part of the fan-out time.
+struct Gated<S> {
+    inner: S,
+    gate: Arc<Gate>,
+    waker: Waker,
+}
+
+/// Set by the socket's wake-ups; forwards them to the connection's task.
+struct Gate {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl<S> Gated<S> {
+    fn new(inner: S) -> Self {
+        // Starts open: the first poll registers the gate with the socket.
+        let gate = Arc::new(Gate { woken: AtomicBool::new(true), task: AtomicWaker::new() });
+        Self { inner, waker: Waker::from(Arc::clone(&gate)), gate }
+    }
+}
+
+impl<S: futures_util::Stream + Unpin> futures_util::Stream for Gated<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let this = self.get_mut();
+        this.gate.task.register(cx.waker());
+        if !this.gate.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let polled = this.inner.poll_next_unpin(&mut Context::from_waker(&this.waker));
+        if polled.is_ready() {
+            // More may be buffered: look again next time.
+            this.gate.woken.store(true, Ordering::Release);
+        }
+        polled
+    }
+}
+
+/// Serves one connection until either side closes it or the instance stops.
+async fn serve(socket: WebSocket, state: AppState, protocol: WebSocketProtocols) {
+    let _open = OpenConnection::new();
+    let limits = state.limits;
+    let conn = Arc::new(Mutex::new(Conn::default()));
+    let (mut sink, stream) = socket.split();
+    let stream = Gated::new(stream);
+
+    let inbound = futures_util::stream::unfold((stream, Arc::clone(&conn)), move |(mut stream, conn)| {
+        async move {
+            loop {
+                let raw = match stream.next().await? {
+                    Ok(msg @ (Message::Text(_) | Message::Binary(_))) => msg.into_data(),
+                    Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+                    Ok(Message::Close(_)) | Err(_) => return None,
+                };
+                let verdict = lock(&conn).inspect(protocol, limits.ws_max_subscriptions, &raw);
+                let (code, reason) = match verdict {
+                    Verdict::Forward(msg) => return Some((Ok(*msg), (stream, conn))),
+                    Verdict::Reply(text) => {
+                        let queued = {
+                            let mut c = lock(&conn);
+                            c.replies.push_back(text);
+                            c.replies.len()
+                        };
+                        if queued <= REPLY_QUEUE {
+                            // Lets the send loop pick the reply up (this wakes the task).
+                            tokio::task::yield_now().await;
+                            continue;
+                        }
+                        (code::POLICY, "too many refused operations".to_owned())
+                    }
+                    Verdict::Close(code, reason) => (code, reason),
+                };
+                // Ending the stream ends async-graphql's; the send loop then closes with this code.
+                lock(&conn).close = Some((code, reason));
+                return None;
+            }
+        }
+    });
+
+    let tokens = Arc::clone(&state.tokens);
+    let init_conn = Arc::clone(&conn);
+    let mut session = Data::default();
+    session.insert(state.subscriptions.live().clone());
+    let operations =
+        async_graphql::http::WebSocket::from_message_stream(state.subscriptions.clone(), inbound, protocol)
+            .connection_data(session)
+            .on_connection_init(move |payload| async move {
+                let data = connection_data(&tokens, &payload);
+                if data.is_err() {
+                    lock(&init_conn).init_refused = true;
+                }
+                data
+            });
+    futures_util::pin_mut!(operations);
+
+    let stopped = state.subscriptions.live().stopped();
+    let init_deadline = tokio::time::sleep(limits.ws_init_timeout);
+    futures_util::pin_mut!(stopped, init_deadline);
+    let mut init_checked = false;
+    let close = loop {
+        tokio::select! {
+            biased;
+            () = &mut stopped => break Some((code::GOING_AWAY, "server shutting down".to_owned())),
+            () = &mut init_deadline, if !init_checked => {
+                init_checked = true;
+                if !lock(&conn).init_seen {
+                    break Some((code::INIT_TIMEOUT, "Connection initialisation timeout".to_owned()));
+                }
+            }
+            reply = poll_fn(|_| lock(&conn).replies.pop_front().map_or(Poll::Pending, Poll::Ready)) => {
+                if sink.send(Message::Text(reply.into())).await.is_err() {
+                    break None;
+                }
+            }
+            item = operations.next() => match item {
+                Some(WsMessage::Text(text)) => {
+                    // Cheap prefix checks first: this runs for every event sent.
+                    if text.starts_with(COMPLETE) {
+                        lock(&conn).note_sent(&text);
+                    } else if !init_checked && text.starts_with(ACK) {
+                        // Acknowledged: the init timer has nothing left to watch.
+                        init_checked = true;
+                    }
+                    if sink.send(Message::Text(text.into())).await.is_err() {
+                        break None;
+                    }
+                }
+                Some(WsMessage::Close(code, reason)) => break Some(refine(&conn, code, reason)),
+                None => {
+                    let mut c = lock(&conn);
+                    // Legacy protocol: a refused init was answered with `connection_error` already.
+                    break c.close.take().or_else(|| c.init_refused.then(|| (code::FORBIDDEN, "Forbidden".to_owned())));
+                }
+            }
+        }
+    };
+    if let Some((code, reason)) = close {
+        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+    }
+}
+
+/// async-graphql closes a refused `connection_init` with 1002; the protocol says 4403.
+fn refine(conn: &Mutex<Conn>, code: u16, reason: String) -> (u16, String) {
+    let mut c = lock(conn);
+    if let Some(ours) = c.close.take() {
+        return ours;
+    }
+    if c.init_refused {
+        return (code::FORBIDDEN, format!("Forbidden: {reason}"));
+    }
+    (code, reason)
 }
 
 /// Authenticates a `connection_init` payload (`{"Authorization": "Bearer …"}`); no token means
@@ -42,4 +383,38 @@ fn connection_data(tokens: &crate::auth::TokenIssuer, payload: &serde_json::Valu
     let mut data = Data::default();
     data.insert(RequestContext { principal, request_id: uuid::Uuid::new_v4().to_string() });
     Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inspect(conn: &mut Conn, raw: &str) -> Result<(), (u16, String)> {
+        match conn.inspect(WebSocketProtocols::GraphQLWS, 2, raw.as_bytes()) {
+            Verdict::Forward(_) => Ok(()),
+            Verdict::Reply(text) => Err((0, text)),
+            Verdict::Close(code, reason) => Err((code, reason)),
+        }
+    }
+
+    const SUB: &str = r#"{"type":"subscribe","id":"ID","payload":{"query":"subscription{__typename}"}}"#;
+
+    #[test]
+    fn the_guard_enforces_the_protocol() {
+        let mut c = Conn::default();
+        assert_eq!(inspect(&mut c, "nope").unwrap_err().0, code::BAD_MESSAGE);
+        assert_eq!(inspect(&mut c, &SUB.replace("ID", "a")).unwrap_err().0, code::UNAUTHORIZED);
+        inspect(&mut c, r#"{"type":"connection_init"}"#).unwrap();
+        assert_eq!(inspect(&mut c, r#"{"type":"connection_init"}"#).unwrap_err().0, code::TOO_MANY_INITS);
+        inspect(&mut c, &SUB.replace("ID", "a")).unwrap();
+        assert_eq!(inspect(&mut c, &SUB.replace("ID", "a")).unwrap_err().0, code::DUPLICATE_ID);
+        inspect(&mut c, &SUB.replace("ID", "b")).unwrap();
+        let (zero, refusal) = inspect(&mut c, &SUB.replace("ID", "c")).unwrap_err();
+        assert_eq!(zero, 0);
+        assert!(refusal.contains(r#""type":"error""#) && refusal.contains(r#""id":"c""#), "{refusal}");
+        inspect(&mut c, r#"{"type":"complete","id":"a"}"#).unwrap();
+        c.note_sent(r#"{"type":"complete","id":"b"}"#);
+        inspect(&mut c, &SUB.replace("ID", "a")).unwrap();
+        inspect(&mut c, &SUB.replace("ID", "b")).unwrap();
+    }
 }

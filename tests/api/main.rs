@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod booking;
+mod burst;
 mod helpers;
 mod http;
 mod queries;
@@ -12,3 +13,4 @@ mod races;
 mod roles;
 mod schedules;
 mod schema;
+mod subscriptions;

@@ -1,0 +1,50 @@
+//! The invariant, checked in the database after a run: every slot's `booked_count` equals its
+//! BOOKED appointments and never exceeds its capacity (all slots), plus the figures of the
+//! run's hot set.
+
+use anyhow::Context;
+
+/// What the check found.
+pub(crate) struct Checked {
+    /// Slots whose count differs from their BOOKED appointments.
+    pub(crate) mismatch: i64,
+    /// Slots over capacity.
+    pub(crate) over_capacity: i64,
+    /// Slots checked.
+    pub(crate) slots: i64,
+    /// Sum of `booked_count` over the hot set.
+    pub(crate) hot_booked_count: i64,
+    /// BOOKED appointments in the hot set.
+    pub(crate) hot_booked: i64,
+    /// Hot-set slots holding exactly `capacity` bookings.
+    pub(crate) hot_full: i64,
+}
+
+/// Runs the check on `database_url`; `hot` is the run's hot set.
+pub(crate) async fn check(database_url: &str, hot: &[i64]) -> anyhow::Result<Checked> {
+    let pool = sqlx::PgPool::connect(database_url).await.context("connecting for the check")?;
+    let (mismatch, over_capacity, slots): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE s.booked_count <> coalesce(a.n, 0)), \
+                count(*) FILTER (WHERE s.booked_count > s.capacity), count(*) \
+         FROM time_slot s LEFT JOIN (SELECT slot_id, count(*) AS n FROM appointment \
+                                     WHERE status = 'BOOKED' GROUP BY slot_id) a ON a.slot_id = s.id",
+    )
+    .fetch_one(&pool)
+    .await
+    .context("checking every slot")?;
+    let (hot_booked_count, hot_full): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(booked_count), 0)::bigint, count(*) FILTER (WHERE booked_count = capacity) \
+         FROM time_slot WHERE id = ANY($1)",
+    )
+    .bind(hot)
+    .fetch_one(&pool)
+    .await
+    .context("checking the hot set")?;
+    let hot_booked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM appointment WHERE status = 'BOOKED' AND slot_id = ANY($1)")
+            .bind(hot)
+            .fetch_one(&pool)
+            .await
+            .context("counting the hot set's bookings")?;
+    Ok(Checked { mismatch, over_capacity, slots, hot_booked_count, hot_booked, hot_full })
+}

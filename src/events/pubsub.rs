@@ -1,0 +1,137 @@
+//! Redis pub/sub between instances: the relay PUBLISHes each change on `{prefix}:slots`, and
+//! every instance holds ONE subscriber connection that feeds its in-process [`Bus`].
+//!
+//! The subscriber is supervised: when the connection drops (or stops answering pings) it
+//! reconnects with backoff, resubscribes, and then tells every local subscription to re-read its
+//! slots from the database, because changes published while it was away are gone for it.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::{aio::MultiplexedConnection, AsyncConnectionConfig, Client};
+use tokio::sync::watch;
+
+use super::{backoff::Backoff, bus::Bus, EventsError, SlotChange};
+
+/// How often the subscriber pings Redis to notice a connection that died silently.
+const PING_EVERY: Duration = Duration::from_secs(5);
+/// First and longest wait between reconnection attempts.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// The channel every instance of a deployment shares. The prefix is part of it because pub/sub
+/// channels are global to a Redis server, across its logical databases.
+pub(super) fn channel(prefix: &str) -> String {
+    format!("{prefix}:slots")
+}
+
+/// Publishes changes to Redis over one multiplexed connection, made lazily and remade after
+/// any failure.
+pub(super) struct RedisPublisher {
+    client: Client,
+    channel: String,
+    timeout: Duration,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl RedisPublisher {
+    /// A publisher on `client`'s server, on `channel`; each round trip gives up after `timeout`.
+    pub(super) fn new(client: Client, channel: String, timeout: Duration) -> Self {
+        Self { client, channel, timeout, conn: None }
+    }
+
+    /// Publishes `changes`, in order, in one round trip.
+    pub(super) async fn publish(&mut self, changes: &[SlotChange]) -> Result<(), EventsError> {
+        let mut pipe = redis::pipe();
+        for change in changes {
+            pipe.cmd("PUBLISH").arg(&self.channel).arg(serde_json::to_string(change)?).ignore();
+        }
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(self.timeout)
+                    .set_response_timeout(self.timeout);
+                self.conn.insert(self.client.get_multiplexed_async_connection_with_config(&config).await?)
+            }
+        };
+        let sent = pipe.query_async::<()>(conn).await;
+        if sent.is_err() {
+            // The next attempt starts on a fresh connection.
+            self.conn = None;
+        }
+        Ok(sent?)
+    }
+}
+
+/// The instance's one Redis subscriber: forwards every change on `channel` to `bus` until
+/// `stop` fires, reconnecting whenever it must.
+pub(super) async fn run_subscriber(client: Client, channel: String, bus: Bus, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
+    let mut lost_once = false;
+    loop {
+        let attempt = tokio::select! {
+            attempt = subscribe(&client, &channel) => attempt,
+            () = super::stopped(&mut stop) => return,
+        };
+        match attempt {
+            Ok((mut sink, mut messages)) => {
+                backoff.reset();
+                metrics::gauge!("redis_subscriber_up").set(1.0);
+                if lost_once {
+                    tracing::info!(channel, "Redis subscriber is back; subscriptions re-read their slots");
+                }
+                // Whatever was published while this connection was not subscribed is lost to it:
+                // every subscription re-reads its slots now (also on the first connection, which
+                // may come after the first subscriptions of a starting instance).
+                bus.resync();
+                let mut ping = tokio::time::interval(PING_EVERY);
+                ping.reset();
+                loop {
+                    tokio::select! {
+                        msg = messages.next() => match msg {
+                            Some(msg) => forward(&bus, msg.get_payload_bytes()),
+                            None => break,
+                        },
+                        _ = ping.tick() => {
+                            // Subscribed, Redis answers PING with `["pong", ""]`: any value will do.
+                            let answered = tokio::time::timeout(PING_EVERY, sink.ping::<redis::Value>()).await;
+                            if !matches!(answered, Ok(Ok(_))) {
+                                break;
+                            }
+                        }
+                        () = super::stopped(&mut stop) => return,
+                    }
+                }
+                tracing::warn!(channel, "lost the Redis subscriber connection; reconnecting");
+            }
+            Err(error) => tracing::warn!(channel, %error, "cannot subscribe to Redis; retrying"),
+        }
+        lost_once = true;
+        metrics::gauge!("redis_subscriber_up").set(0.0);
+        tokio::select! {
+            () = tokio::time::sleep(backoff.next_delay()) => {}
+            () = super::stopped(&mut stop) => return,
+        }
+    }
+}
+
+async fn subscribe(
+    client: &Client,
+    channel: &str,
+) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), EventsError> {
+    let connect = async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok::<_, EventsError>(pubsub.split())
+    };
+    tokio::time::timeout(RECONNECT_MAX * 2, connect).await.map_err(|_| EventsError::Timeout("redis subscribe"))?
+}
+
+fn forward(bus: &Bus, payload: &[u8]) {
+    match serde_json::from_slice::<SlotChange>(payload) {
+        Ok(change) => bus.publish(change),
+        // Another deployment's garbage on our channel must not stop the subscriber.
+        Err(error) => tracing::warn!(%error, "ignored a malformed message on the slots channel"),
+    }
+}

@@ -1,0 +1,167 @@
+//! The outbox relay: publishes the outbox rows written by committed bookings and cancels, calls
+//! the notifier for them, and prunes them.
+//!
+//! Every instance runs one. It is woken by its own commits (no polling delay on the hot path)
+//! and polls as a fallback, so rows of a crashed instance, or rows left while Redis was down,
+//! still go out. On PostgreSQL a pass claims rows `FOR UPDATE SKIP LOCKED` inside a
+//! transaction that also deletes them: instances never publish one row at the same time, and
+//! a failed publish rolls back and leaves the rows for the next attempt. Delivery is at least
+//! once; subscribers drop repeats by `version`.
+
+use std::{sync::Arc, time::Duration};
+
+use sea_orm::{DbBackend, TransactionTrait};
+use tokio::sync::{watch, Notify};
+
+use super::{
+    backoff::Backoff,
+    bus::Bus,
+    notifier::{Notification, Notifier},
+    pubsub::RedisPublisher,
+    CommitSink, EventsError, SlotChange,
+};
+use crate::db::{
+    entity::outbox as outbox_row,
+    outbox::{self, CLAIM_BATCH},
+    Db, StoreError,
+};
+
+/// First and longest wait after a failed pass (Redis or the database down).
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The commit sink of the booking service: wakes the relay right after each commit.
+#[derive(Clone, Debug, Default)]
+pub struct RelaySink {
+    wake: Arc<Notify>,
+}
+
+impl RelaySink {
+    /// A sink that wakes nobody yet (the relay takes a clone of its bell).
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl CommitSink for RelaySink {
+    fn committed(&self, _change: SlotChange) {
+        // The change itself travels through the outbox row; this only saves the poll delay.
+        // `notify_one` stores a permit, so a commit during a pass triggers another pass.
+        self.wake.notify_one();
+    }
+}
+
+/// Where the relay sends changes.
+pub(super) enum Publisher {
+    /// Straight to this instance's bus (no Redis: a single process).
+    Local(Bus),
+    /// To Redis, whence every instance's subscriber picks them up.
+    Redis(RedisPublisher),
+}
+
+impl Publisher {
+    async fn publish(&mut self, changes: Vec<SlotChange>) -> Result<(), EventsError> {
+        match self {
+            Self::Local(bus) => {
+                changes.into_iter().for_each(|c| bus.publish(c));
+                Ok(())
+            }
+            Self::Redis(redis) => redis.publish(&changes).await,
+        }
+    }
+}
+
+/// One instance's relay.
+pub(super) struct Relay {
+    pub(super) db: Db,
+    pub(super) publisher: Publisher,
+    pub(super) notifier: Arc<dyn Notifier>,
+    pub(super) poll_interval: Duration,
+}
+
+impl Relay {
+    /// Runs until `stop` fires: a pass per wake-up or poll tick, retrying failures with backoff.
+    pub(super) async fn run(mut self, sink: RelaySink, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Backoff::new(RETRY_MIN, RETRY_MAX);
+        loop {
+            let wait = match self.drain().await {
+                Ok(()) => {
+                    backoff.reset();
+                    self.poll_interval
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox relay pass failed; rows stay for the next attempt");
+                    metrics::counter!("outbox_relay_failures_total").increment(1);
+                    backoff.next_delay()
+                }
+            };
+            tokio::select! {
+                () = sink.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+                () = super::stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    /// Passes until the outbox is empty (or what is left is locked by other instances).
+    async fn drain(&mut self) -> Result<(), EventsError> {
+        while self.pass().await? == CLAIM_BATCH as usize {}
+        Ok(())
+    }
+
+    /// Claims, publishes, notifies and prunes one batch; returns how many rows it took.
+    async fn pass(&mut self) -> Result<usize, EventsError> {
+        let rows = if self.db.backend() == DbBackend::Postgres {
+            let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
+            let rows = outbox::claim(&tx, CLAIM_BATCH, true).await?;
+            if rows.is_empty() {
+                tx.commit().await.map_err(StoreError::from)?;
+                return Ok(0);
+            }
+            // A failure from here on drops `tx`: the rollback releases the rows for a retry.
+            self.deliver(&rows).await?;
+            outbox::delete(&tx, &ids(&rows)).await?;
+            tx.commit().await.map_err(StoreError::from)?;
+            rows
+        } else {
+            // SQLite serves one process: no other relay competes for the rows, and holding a
+            // read transaction across the publish would only make its upgrade to a write fail.
+            let rows = outbox::claim(self.db.conn(), CLAIM_BATCH, false).await?;
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            self.deliver(&rows).await?;
+            outbox::delete(self.db.conn(), &ids(&rows)).await?;
+            rows
+        };
+        metrics::counter!("outbox_published_total").increment(rows.len() as u64);
+        Ok(rows.len())
+    }
+
+    /// Publishes the changes, then sends the confirmations.
+    async fn deliver(&mut self, rows: &[outbox_row::Model]) -> Result<(), EventsError> {
+        self.publisher.publish(rows.iter().map(change_of).collect()).await?;
+        for n in rows.iter().filter_map(Notification::from_row) {
+            if let Err(error) = self.notifier.notify(&n).await {
+                // Live availability does not wait for a confirmation provider.
+                tracing::warn!(%error, appointment = n.appointment_id, "notifier failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ids(rows: &[outbox_row::Model]) -> Vec<i64> {
+    rows.iter().map(|r| r.id).collect()
+}
+
+fn change_of(row: &outbox_row::Model) -> SlotChange {
+    SlotChange {
+        slot_id: row.slot_id,
+        doctor_id: row.doctor_id,
+        start_at: row.start_at,
+        capacity: row.capacity,
+        booked_count: row.booked_count,
+        version: row.version,
+    }
+}

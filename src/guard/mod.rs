@@ -1,0 +1,114 @@
+//! Burst protection in front of the database: the slot-list cache, the per-patient booking
+//! rate limit, known-full early rejects and the booking bulkhead.
+//!
+//! The first three live in Redis when `REDIS_URL` is set (shared by every instance) and in
+//! process otherwise. Redis is never the source of truth: every Redis operation has a short
+//! timeout, and a failure (counted in `redis_errors_total`, logged at most every 10 s) makes
+//! the request go on to the database as if the guard were not there. The database alone
+//! decides every booking, so nothing is over- or under-booked whatever Redis does.
+
+pub mod bulkhead;
+pub mod cache;
+pub mod known_full;
+pub mod rate_limit;
+mod redis_link;
+
+use std::time::Duration;
+
+pub use bulkhead::{Bulkhead, Entered, Saturated};
+pub use cache::{SlotCache, TimezoneCache};
+pub use known_full::{FullMark, KnownFull};
+pub use rate_limit::RateLimiter;
+
+use crate::config::Config;
+
+/// The settings of the guards (from [`Config`]).
+#[derive(Clone, Debug)]
+pub struct GuardSettings {
+    /// Slot-list TTL; zero: no cache.
+    pub slot_cache_ttl: Duration,
+    /// Booking attempts per patient per window; 0: no limit.
+    pub rate_limit: u32,
+    /// The rate-limit window.
+    pub rate_window: Duration,
+    /// Known-full TTL; zero: off.
+    pub known_full_ttl: Duration,
+    /// Booking attempts using the database at once.
+    pub booking_concurrency: u32,
+    /// Longest wait for the bulkhead.
+    pub queue_timeout: Duration,
+    /// Longest wait for one Redis operation.
+    pub redis_timeout: Duration,
+    /// Prefix of every Redis key.
+    pub redis_prefix: String,
+}
+
+impl GuardSettings {
+    /// The guard settings of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            slot_cache_ttl: config.slot_cache_ttl,
+            rate_limit: config.rate_limit_bookings,
+            rate_window: config.rate_limit_window,
+            known_full_ttl: config.known_full_ttl,
+            booking_concurrency: config.booking_concurrency,
+            queue_timeout: config.booking_queue_timeout,
+            redis_timeout: config.redis_timeout,
+            redis_prefix: config.redis_prefix.clone(),
+        }
+    }
+}
+
+/// Every guard of an instance, shared by its requests.
+pub struct Guard {
+    /// Slot lists by doctor and day.
+    pub slots: SlotCache,
+    /// Doctors' time zones (in process).
+    pub timezones: TimezoneCache,
+    /// Per-patient booking attempts.
+    pub limiter: RateLimiter,
+    /// Slots seen full.
+    pub known_full: KnownFull,
+    /// Concurrency of booking attempts on the database.
+    pub bulkhead: Bulkhead,
+}
+
+impl Guard {
+    /// Guards that change nothing: no cache, no limit, no early reject, no practical bound.
+    pub fn disabled() -> Self {
+        Self {
+            slots: SlotCache::off(),
+            timezones: TimezoneCache::default(),
+            limiter: RateLimiter::off(),
+            known_full: KnownFull::off(),
+            bulkhead: Bulkhead::new(u32::MAX, Duration::from_secs(3600)),
+        }
+    }
+
+    /// The guards of `settings`: in Redis through `redis` when given (connected in the
+    /// background, so an instance starts while Redis is down), in process otherwise.
+    /// Must run inside the Tokio runtime.
+    pub fn new(settings: &GuardSettings, redis: Option<redis::Client>) -> Self {
+        let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
+        let timezones = TimezoneCache::default();
+        match redis {
+            None => Self {
+                slots: SlotCache::local(settings.slot_cache_ttl),
+                timezones,
+                limiter: RateLimiter::local(settings.rate_limit, settings.rate_window),
+                known_full: KnownFull::local(settings.known_full_ttl),
+                bulkhead,
+            },
+            Some(client) => {
+                let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout);
+                Self {
+                    slots: SlotCache::redis(link.clone(), settings.slot_cache_ttl),
+                    timezones,
+                    limiter: RateLimiter::redis(link.clone(), settings.rate_limit, settings.rate_window),
+                    known_full: KnownFull::redis(link, settings.known_full_ttl),
+                    bulkhead,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! The per-patient booking rate limit: at most N attempts per window, counted per target
+//! patient (so a partner booking for many patients is not limited as a whole).
+//!
+//! A fixed window: the first attempt opens it, the counter expires with it. With Redis the
+//! count is shared by every instance (one Lua script: INCR, PEXPIRE on the first, PTTL); when
+//! Redis fails the attempt is counted in process instead, so the limit degrades to
+//! per-instance and the booking still goes on to the database.
+
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use super::redis_link::RedisLink;
+
+/// Patients tracked in process before expired windows are swept.
+const LOCAL_MAX_ENTRIES: usize = 100_000;
+
+const SCRIPT: &str = r"
+local n = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if n == 1 or ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {n, ttl}
+";
+
+/// The booking rate limiter of an instance.
+pub struct RateLimiter {
+    limit: u32,
+    window: Duration,
+    local: Mutex<HashMap<i64, (Instant, u32)>>,
+    redis: Option<(RedisLink, redis::Script)>,
+}
+
+impl RateLimiter {
+    /// No limit.
+    pub fn off() -> Self {
+        Self::local(0, Duration::from_secs(1))
+    }
+
+    /// `limit` attempts per `window`, counted in process; 0 switches the limit off.
+    pub fn local(limit: u32, window: Duration) -> Self {
+        Self { limit, window, local: Mutex::new(HashMap::new()), redis: None }
+    }
+
+    pub(crate) fn redis(link: RedisLink, limit: u32, window: Duration) -> Self {
+        Self { redis: Some((link, redis::Script::new(SCRIPT))), ..Self::local(limit, window) }
+    }
+
+    /// Counts one attempt for the patient: `Err(seconds)` when over the limit, with the
+    /// seconds until the window ends (at least 1).
+    pub async fn check(&self, patient_id: i64) -> Result<(), u64> {
+        if self.limit == 0 {
+            return Ok(());
+        }
+        if let Some((link, script)) = &self.redis {
+            let key = link.key(format_args!("rl:{patient_id}"));
+            let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
+            let counted = link
+                .run("rate_limit", |mut c| async move {
+                    let mut invocation = script.prepare_invoke();
+                    invocation.key(key).arg(window_ms);
+                    invocation.invoke_async::<(i64, i64)>(&mut c).await
+                })
+                .await;
+            if let Ok((count, ttl_ms)) = counted {
+                return self.verdict(count, Duration::from_millis(ttl_ms.max(0).unsigned_abs()));
+            }
+        }
+        let (count, left) = {
+            let mut map = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+            if map.len() >= LOCAL_MAX_ENTRIES {
+                map.retain(|_, (opened, _)| opened.elapsed() < self.window);
+            }
+            let entry = map.entry(patient_id).or_insert((Instant::now(), 0));
+            if entry.0.elapsed() >= self.window {
+                *entry = (Instant::now(), 0);
+            }
+            entry.1 = entry.1.saturating_add(1);
+            (i64::from(entry.1), self.window.saturating_sub(entry.0.elapsed()))
+        };
+        self.verdict(count, left)
+    }
+
+    fn verdict(&self, count: i64, left: Duration) -> Result<(), u64> {
+        if count <= i64::from(self.limit) {
+            return Ok(());
+        }
+        // Rounded up: retrying after fewer seconds would be refused again.
+        Err(left.as_millis().div_ceil(1000).max(1).try_into().unwrap_or(u64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_limit_counts_per_patient_and_reopens() {
+        let limiter = RateLimiter::local(2, Duration::from_millis(100));
+        assert!(limiter.check(1).await.is_ok());
+        assert!(limiter.check(1).await.is_ok());
+        assert_eq!(limiter.check(1).await, Err(1));
+        assert!(limiter.check(2).await.is_ok(), "another patient has its own count");
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(limiter.check(1).await.is_ok());
+        for _ in 0..100 {
+            assert!(RateLimiter::off().check(1).await.is_ok());
+        }
+    }
+}
