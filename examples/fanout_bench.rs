@@ -323,8 +323,14 @@ async fn run(n: usize) -> anyhow::Result<()> {
         let t0 = arrivals.start_round();
         let data = match what {
             "cancel" => {
-                gql(&http, &server.base, &patient, "mutation($id:ID!){cancelAppointment(id:$id){cancelled}}", json!({ "id": appointment }))
-                    .await?
+                gql(
+                    &http,
+                    &server.base,
+                    &patient,
+                    "mutation($id:ID!){cancelAppointment(id:$id){cancelled}}",
+                    json!({ "id": appointment }),
+                )
+                .await?
             }
             _ => {
                 gql(
@@ -332,7 +338,8 @@ async fn run(n: usize) -> anyhow::Result<()> {
                     &server.base,
                     &patient,
                     "mutation($s:ID!,$k:String!){bookAppointment(input:{slotId:$s,idempotencyKey:$k}){appointment{id} userErrors{code}}}",
-                    json!({ "s": slot, "k": format!("round-{round}") }),
+                    // Keys unique to this run: a PostgreSQL database may be reused across runs.
+                    json!({ "s": slot, "k": format!("{slot}-round-{round}") }),
                 )
                 .await?
             }
@@ -340,6 +347,10 @@ async fn run(n: usize) -> anyhow::Result<()> {
         let answered = t0.elapsed();
         if let Some(id) = data["bookAppointment"]["appointment"]["id"].as_str() {
             appointment = id.to_owned();
+        }
+        let refused = &data["bookAppointment"]["userErrors"][0];
+        if !refused.is_null() || data["cancelAppointment"]["cancelled"] == json!(false) {
+            bail!("the {what} changed nothing: {data}");
         }
         let received = arrivals.wait(t0, subscribed).await;
         let mut latencies: Vec<Duration> = received.iter().map(|at| at.saturating_duration_since(t0)).collect();

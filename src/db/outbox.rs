@@ -4,7 +4,7 @@
 use sea_orm::{
     sea_query::{LockBehavior, LockType},
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 
 use super::{
@@ -57,9 +57,4 @@ pub async fn delete(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<u64, Sto
     }
     let done = outbox::Entity::delete_many().filter(outbox::Column::Id.is_in(ids.iter().copied())).exec(conn).await?;
     Ok(done.rows_affected)
-}
-
-/// Rows still waiting for the relay (tests and metrics).
-pub async fn pending(conn: &impl ConnectionTrait) -> Result<u64, StoreError> {
-    Ok(outbox::Entity::find().count(conn).await?)
 }

@@ -12,6 +12,7 @@ use std::{
         atomic::{AtomicBool, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
     },
+    time::Instant,
 };
 
 use tokio::sync::broadcast;
@@ -28,8 +29,9 @@ pub(super) const TOPIC_CAPACITY: usize = 256;
 pub(super) enum Note {
     /// A committed change of one of the doctor's slots.
     Change(Arc<SlotChange>),
-    /// Changes may have been missed (Redis came back): re-read the slots from the database.
-    Reread,
+    /// Changes may have been missed (Redis came back at this moment): re-read the slots from
+    /// the database, with a read that begins after it.
+    Reread(Instant),
 }
 
 /// The in-process bus of one instance (cheap to clone).
@@ -87,8 +89,9 @@ impl Bus {
 
     /// Tells every subscription to re-read its slots from the database.
     pub(super) fn resync(&self) {
+        let now = Instant::now();
         for topic in self.topics().values() {
-            let _ = topic.send(Note::Reread);
+            let _ = topic.send(Note::Reread(now));
         }
     }
 
@@ -126,17 +129,17 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn topics_live_as_long_as_their_listeners() {
+    async fn topics_live_as_long_as_their_listeners() -> Result<(), broadcast::error::RecvError> {
         let bus = Bus::new();
         let mut a = bus.listen(7);
         let b = bus.listen(7);
         let mut other = bus.listen(8);
         assert_eq!(bus.topic_count(), 2);
         bus.publish(change(7, 1));
-        assert!(matches!(a.notes.recv().await.unwrap(), Note::Change(c) if c.version == 1));
+        assert!(matches!(a.notes.recv().await?, Note::Change(c) if c.version == 1));
         assert!(other.notes.try_recv().is_err(), "another doctor's change woke this listener");
         bus.resync();
-        assert!(matches!(other.notes.recv().await.unwrap(), Note::Reread));
+        assert!(matches!(other.notes.recv().await?, Note::Reread(_)));
         drop(b);
         assert_eq!(bus.topic_count(), 2);
         drop(a);
@@ -145,5 +148,6 @@ mod tests {
         assert_eq!(bus.topic_count(), 0);
         assert!(matches!(other.notes.recv().await, Err(broadcast::error::RecvError::Closed)));
         assert!(matches!(bus.listen(9).notes.recv().await, Err(broadcast::error::RecvError::Closed)));
+        Ok(())
     }
 }

@@ -25,10 +25,7 @@ use std::{sync::Arc, time::Duration};
 use chrono::{DateTime, NaiveDate, Utc};
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
-use tokio::{
-    sync::{watch, Semaphore},
-    task::JoinHandle,
-};
+use tokio::{sync::watch, task::JoinHandle};
 
 pub use notifier::{LoggingNotifier, Notification, NotificationKind, Notifier, NotifyError};
 pub use relay::RelaySink;
@@ -163,8 +160,7 @@ impl Live {
             poll_interval: settings.poll_interval,
         };
         handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
-        let reader =
-            stream::SnapshotReader { db, permits: Arc::new(Semaphore::new(settings.snapshot_concurrency.max(1))) };
+        let reader = stream::SnapshotReader::new(db, settings.snapshot_concurrency);
         (Self { bus: bus.clone(), reader, stopping }, sink, LiveTasks { stop, bus, handles })
     }
 
@@ -177,7 +173,7 @@ impl Live {
         date: Option<NaiveDate>,
     ) -> Result<impl Stream<Item = SlotChange> + Send + 'static, ServiceError> {
         let doctor_id = parse_arg_id("doctorId", raw_doctor_id)?;
-        let doctor = doctors::find(self.reader.db.conn(), doctor_id)
+        let doctor = doctors::find(self.reader.db().conn(), doctor_id)
             .await?
             .ok_or_else(|| ServiceError::invalid(&["doctorId"], "no doctor with this id"))?;
         let range = match date {

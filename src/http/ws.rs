@@ -389,12 +389,17 @@ fn connection_data(tokens: &crate::auth::TokenIssuer, payload: &serde_json::Valu
 mod tests {
     use super::*;
 
-    fn inspect(conn: &mut Conn, raw: &str) -> Result<(), (u16, String)> {
+    /// `None` when forwarded; otherwise the close code (0 for a reply) and the text.
+    fn inspect(conn: &mut Conn, raw: &str) -> Option<(u16, String)> {
         match conn.inspect(WebSocketProtocols::GraphQLWS, 2, raw.as_bytes()) {
-            Verdict::Forward(_) => Ok(()),
-            Verdict::Reply(text) => Err((0, text)),
-            Verdict::Close(code, reason) => Err((code, reason)),
+            Verdict::Forward(_) => None,
+            Verdict::Reply(text) => Some((0, text)),
+            Verdict::Close(code, reason) => Some((code, reason)),
         }
+    }
+
+    fn close_code(conn: &mut Conn, raw: &str) -> Option<u16> {
+        inspect(conn, raw).map(|(code, _)| code)
     }
 
     const SUB: &str = r#"{"type":"subscribe","id":"ID","payload":{"query":"subscription{__typename}"}}"#;
@@ -402,19 +407,24 @@ mod tests {
     #[test]
     fn the_guard_enforces_the_protocol() {
         let mut c = Conn::default();
-        assert_eq!(inspect(&mut c, "nope").unwrap_err().0, code::BAD_MESSAGE);
-        assert_eq!(inspect(&mut c, &SUB.replace("ID", "a")).unwrap_err().0, code::UNAUTHORIZED);
-        inspect(&mut c, r#"{"type":"connection_init"}"#).unwrap();
-        assert_eq!(inspect(&mut c, r#"{"type":"connection_init"}"#).unwrap_err().0, code::TOO_MANY_INITS);
-        inspect(&mut c, &SUB.replace("ID", "a")).unwrap();
-        assert_eq!(inspect(&mut c, &SUB.replace("ID", "a")).unwrap_err().0, code::DUPLICATE_ID);
-        inspect(&mut c, &SUB.replace("ID", "b")).unwrap();
-        let (zero, refusal) = inspect(&mut c, &SUB.replace("ID", "c")).unwrap_err();
-        assert_eq!(zero, 0);
-        assert!(refusal.contains(r#""type":"error""#) && refusal.contains(r#""id":"c""#), "{refusal}");
-        inspect(&mut c, r#"{"type":"complete","id":"a"}"#).unwrap();
+        let sub = |id: &str| SUB.replace("ID", id);
+        assert_eq!(close_code(&mut c, "nope"), Some(code::BAD_MESSAGE));
+        assert_eq!(close_code(&mut c, &sub("a")), Some(code::UNAUTHORIZED));
+        assert_eq!(close_code(&mut c, r#"{"type":"connection_init"}"#), None);
+        assert_eq!(close_code(&mut c, r#"{"type":"connection_init"}"#), Some(code::TOO_MANY_INITS));
+        assert_eq!(close_code(&mut c, &sub("a")), None);
+        assert_eq!(close_code(&mut c, &sub("a")), Some(code::DUPLICATE_ID));
+        assert_eq!(close_code(&mut c, &sub("b")), None);
+        let refusal = inspect(&mut c, &sub("c"));
+        assert!(
+            refusal.as_ref().is_some_and(|(zero, text)| *zero == 0
+                && text.contains(r#""type":"error""#)
+                && text.contains(r#""id":"c""#)),
+            "{refusal:?}"
+        );
+        assert_eq!(close_code(&mut c, r#"{"type":"complete","id":"a"}"#), None);
         c.note_sent(r#"{"type":"complete","id":"b"}"#);
-        inspect(&mut c, &SUB.replace("ID", "a")).unwrap();
-        inspect(&mut c, &SUB.replace("ID", "b")).unwrap();
+        assert_eq!(close_code(&mut c, &sub("a")), None);
+        assert_eq!(close_code(&mut c, &sub("b")), None);
     }
 }
