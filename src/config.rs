@@ -331,12 +331,13 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_single_process_sqlite() {
-        let c = config(&[]).unwrap();
+    fn defaults_are_single_process_sqlite() -> Result<(), ConfigError> {
+        let c = config(&[])?;
         assert!(c.single_process());
         assert_eq!(c.bind_addr.to_string(), "127.0.0.1:8080");
         assert_eq!(c.rate_limit_bookings, 5);
         assert_eq!(c.max_body_bytes, 262_144);
+        Ok(())
     }
 
     #[test]
@@ -355,13 +356,13 @@ mod tests {
     }
 
     #[test]
-    fn burst_protection_settings() {
-        let c = config(&[("DB_POOL_MAX", "20")]).unwrap();
+    fn burst_protection_settings() -> Result<(), ConfigError> {
+        let c = config(&[("DB_POOL_MAX", "20")])?;
         assert_eq!(c.booking_concurrency, 10);
         assert_eq!(c.slot_cache_ttl, Duration::from_millis(4000));
         assert_eq!(c.known_full_ttl, Duration::from_secs(30));
         assert_eq!(c.redis_timeout, Duration::from_millis(100));
-        let off = config(&[("SLOT_CACHE_TTL_MS", "0"), ("KNOWN_FULL_TTL_SECS", "0")]).unwrap();
+        let off = config(&[("SLOT_CACHE_TTL_MS", "0"), ("KNOWN_FULL_TTL_SECS", "0")])?;
         assert!(off.slot_cache_ttl.is_zero() && off.known_full_ttl.is_zero());
         for (var, bad) in [
             ("SLOT_CACHE_TTL_MS", "-1"),
@@ -374,12 +375,13 @@ mod tests {
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }
+        Ok(())
     }
 
     #[test]
     fn sqlite_urls_name_a_file() {
-        assert_eq!(DatabaseTarget::parse("sqlite://a/b.db").unwrap(), DatabaseTarget::Sqlite("a/b.db".into()));
-        assert_eq!(DatabaseTarget::parse("sqlite:x.db?mode=rwc").unwrap(), DatabaseTarget::Sqlite("x.db".into()));
+        assert_eq!(DatabaseTarget::parse("sqlite://a/b.db"), Ok(DatabaseTarget::Sqlite("a/b.db".into())));
+        assert_eq!(DatabaseTarget::parse("sqlite:x.db?mode=rwc"), Ok(DatabaseTarget::Sqlite("x.db".into())));
         assert!(DatabaseTarget::parse("sqlite::memory:").is_err());
     }
 }
