@@ -176,7 +176,7 @@ async fn execute(
             metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::UNAUTHENTICATED)
                 .increment(1);
             let body = json!({ "errors": [{ "message": msg, "extensions": { "code": code::UNAUTHENTICATED } }] });
-            let mut resp = respond(StatusCode::UNAUTHORIZED, media, &body, &request_id);
+            let mut resp = respond(StatusCode::UNAUTHORIZED, media, body.to_string(), &request_id);
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return resp;
         }
@@ -191,23 +191,23 @@ async fn execute(
         let request = super::query_cache::with_parsed_query(request).data(ctx).data(Loaders::new(state.service.db()));
         let started = Instant::now();
         let response = state.schema.execute(request).instrument(span).await;
-        let (body, outcome, request_error) = render(response, &request_id);
-        metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => outcome)
+        let rendered = render(response, &request_id);
+        metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);
         metrics::histogram!("graphql_request_seconds", "operation" => operation)
             .record(started.elapsed().as_secs_f64());
         if !batched {
-            if request_error {
+            if rendered.request_error {
                 status = bad_request(media);
-            } else if outcome == code::RATE_LIMITED {
+            } else if rendered.outcome == code::RATE_LIMITED {
                 status = StatusCode::TOO_MANY_REQUESTS;
-                retry_after = body.pointer("/errors/0/extensions/retryAfterSeconds").and_then(Value::as_u64);
+                retry_after = rendered.retry_after;
             }
         }
-        bodies.push(body);
+        bodies.push(rendered.body);
     }
-    let body = if batched { Value::Array(bodies) } else { bodies.pop().unwrap_or(Value::Null) };
-    let mut resp = respond(status, media, &body, &request_id);
+    let body = if batched { format!("[{}]", bodies.join(",")) } else { bodies.pop().unwrap_or_default() };
+    let mut resp = respond(status, media, body, &request_id);
     if let Some(secs) = retry_after {
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
             resp.headers_mut().insert(header::RETRY_AFTER, v);
@@ -226,10 +226,28 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, Stri
     crate::auth::principal_from_header(&state.tokens, value)
 }
 
+/// One executed operation, ready to send.
+struct Rendered {
+    /// The JSON text.
+    body: String,
+    /// `ok`, or the first error's code (a metrics label).
+    outcome: &'static str,
+    /// True when nothing was executed (a request error: 400 with no `data`).
+    request_error: bool,
+    /// `retryAfterSeconds` of a `RATE_LIMITED` first error.
+    retry_after: Option<u64>,
+}
+
 /// Serializes a response, adding `extensions.code` where async-graphql left none (its own
 /// parse, validation and input-coercion errors: `BAD_REQUEST`) and the request id to
-/// `INTERNAL` errors. Returns the body, an outcome label and whether nothing was executed.
-fn render(response: async_graphql::Response, request_id: &str) -> (Value, &'static str, bool) {
+/// `INTERNAL` errors. An answer without errors (nearly all of them: refusals are data) is
+/// written straight to text, in one pass.
+fn render(response: async_graphql::Response, request_id: &str) -> Rendered {
+    if response.errors.is_empty() {
+        if let Ok(body) = serde_json::to_string(&response) {
+            return Rendered { body, outcome: "ok", request_error: false, retry_after: None };
+        }
+    }
     // Our own errors always carry a code; errors without one are async-graphql's verdicts on
     // the request itself (parse, validation, variable coercion). With no data at all, nothing
     // useful was executed: a request error.
@@ -258,7 +276,8 @@ fn render(response: async_graphql::Response, request_id: &str) -> (Value, &'stat
             obj.remove("data");
         }
     }
-    (body, outcome, request_error)
+    let retry_after = body.pointer("/errors/0/extensions/retryAfterSeconds").and_then(Value::as_u64);
+    Rendered { body: body.to_string(), outcome, request_error, retry_after }
 }
 
 fn known_code(code: &str) -> &'static str {
@@ -300,11 +319,11 @@ fn bad_request(media: &'static str) -> StatusCode {
 fn request_error(status: StatusCode, media: &'static str, message: &str) -> Response {
     metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::BAD_REQUEST).increment(1);
     let body = json!({ "errors": [{ "message": message, "extensions": { "code": code::BAD_REQUEST } }] });
-    respond(status, media, &body, "")
+    respond(status, media, body.to_string(), "")
 }
 
-fn respond(status: StatusCode, media: &'static str, body: &Value, request_id: &str) -> Response {
-    let mut resp = (status, body.to_string()).into_response();
+fn respond(status: StatusCode, media: &'static str, body: String, request_id: &str) -> Response {
+    let mut resp = (status, body).into_response();
     let headers = resp.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
