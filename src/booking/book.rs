@@ -110,14 +110,14 @@ impl BookingService {
     /// PostgreSQL.
     async fn key_seat_slot(&self, p: &Parsed<'_>) -> Result<KeyOrSeatAnswer, ServiceError> {
         if self.db.backend() == DbBackend::Postgres {
-            let batcher = self.lookups.get_or_init(|| super::lookup::LookupBatcher::start(self.db.clone()));
+            let batcher = self.lookups.get_or_init(|| super::lookup::lookup_batcher(self.db.clone()));
             let lookup = KeyOrSeat {
                 booked_by: p.scope.clone(),
                 key: p.key.to_owned(),
                 slot_id: p.slot_id,
                 patient_id: p.patient_id,
             };
-            return Ok(batcher.lookup(lookup).await?);
+            return Ok(batcher.ask(lookup).await?);
         }
         let (by_key, holds_seat) =
             appointments::key_or_seat(self.db.conn(), &p.scope, p.key, p.slot_id, p.patient_id).await?;

@@ -8,11 +8,10 @@
 //! (no timer, so a lone request waits for nothing), and the reads use one connection each
 //! instead of one per request.
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc};
 
+use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
-
-use chrono::{DateTime, Utc};
 
 use crate::db::{
     appointments::{self, KeyOrSeat},
@@ -21,118 +20,99 @@ use crate::db::{
     Db, StoreError,
 };
 
-/// Most attempts answered by one statement.
+/// Most requests answered by one statement.
 const MAX_BATCH: usize = 128;
-/// Attempts queued before senders wait (back-pressure; the bulkhead bounds it anyway).
+/// Requests queued before senders wait (back-pressure; the bulkhead bounds it anyway).
 const QUEUE: usize = 4096;
 
 /// The answer to one attempt: the caller's appointment with the key, whether the patient holds
 /// a seat in the slot, and the slot as it is now (unlocked: the known-full mark is only a hint).
 pub(super) type KeyOrSeatAnswer = (Option<appointment::Model>, bool, Option<time_slot::Model>);
 
-struct Job {
-    lookup: KeyOrSeat,
-    reply: oneshot::Sender<Result<KeyOrSeatAnswer, Arc<StoreError>>>,
+/// Coalesces the known-full lookups of booking attempts.
+pub(super) type LookupBatcher = Batcher<KeyOrSeat, KeyOrSeatAnswer>;
+/// Coalesces the slot lists the cache did not have.
+pub(super) type ListBatcher = Batcher<DayRange, Vec<time_slot::Model>>;
+
+/// Starts the batched known-full lookup on `db` (inside the Tokio runtime).
+pub(super) fn lookup_batcher(db: Db) -> LookupBatcher {
+    Batcher::start("known-full lookup", db, |db, lookups| async move {
+        let found = appointments::key_or_seats_pg(db.conn(), &lookups).await?;
+        Ok(found.into_iter().map(|f| (f.by_key, f.holds_seat, f.slot)).collect())
+    })
 }
 
-/// The queue in front of the batched read, and the task that drains it.
-pub(super) struct LookupBatcher {
-    jobs: mpsc::Sender<Job>,
+/// Starts the batched slot-list read on `db` (inside the Tokio runtime).
+pub(super) fn list_batcher(db: Db) -> ListBatcher {
+    Batcher::start("slot list", db, |db, ranges| async move {
+        let rows = slots::available_in_ranges_pg(db.conn(), &ranges, Utc::now()).await?;
+        Ok(ranges
+            .iter()
+            .map(|r| {
+                rows.iter()
+                    .filter(|s| s.doctor_id == r.doctor_id && r.from <= s.start_at && s.start_at < r.to)
+                    .cloned()
+                    .collect()
+            })
+            .collect())
+    })
 }
 
-impl LookupBatcher {
-    /// Starts the draining task on `db` (inside the Tokio runtime).
-    pub(super) fn start(db: Db) -> Self {
+struct Job<Q, A> {
+    query: Q,
+    reply: oneshot::Sender<Result<A, Arc<StoreError>>>,
+}
+
+/// A queue in front of one batched read, and the task that drains it: each round takes what
+/// is queued (up to [`MAX_BATCH`]) and answers it with one call of the read.
+pub(super) struct Batcher<Q, A> {
+    jobs: mpsc::Sender<Job<Q, A>>,
+    what: &'static str,
+}
+
+impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
+    /// Starts the draining task; `read` answers a batch with one answer per query, in order.
+    fn start<F, Fut>(what: &'static str, db: Db, read: F) -> Self
+    where
+        F: Fn(Db, Vec<Q>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<A>, StoreError>> + Send + 'static,
+    {
         let (jobs, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(drain(db, rx));
-        Self { jobs }
+        tokio::spawn(drain(db, rx, read));
+        Self { jobs, what }
     }
 
-    /// Looks one attempt up, with whatever else is queued.
-    pub(super) async fn lookup(&self, lookup: KeyOrSeat) -> Result<KeyOrSeatAnswer, StoreError> {
+    /// Answers one query, with whatever else is queued.
+    pub(super) async fn ask(&self, query: Q) -> Result<A, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let gone = || StoreError::Inconsistent("the lookup task has stopped".into());
-        self.jobs.send(Job { lookup, reply }).await.map_err(|_| gone())?;
+        let gone = || StoreError::Inconsistent(format!("the {} task has stopped", self.what));
+        self.jobs.send(Job { query, reply }).await.map_err(|_| gone())?;
         match answer.await {
             Ok(Ok(found)) => Ok(found),
-            Ok(Err(e)) => Err(StoreError::Inconsistent(format!("batched lookup failed: {e}"))),
+            Ok(Err(e)) => Err(StoreError::Inconsistent(format!("batched {} failed: {e}", self.what))),
             Err(_) => Err(gone()),
         }
     }
 }
 
-async fn drain(db: Db, mut rx: mpsc::Receiver<Job>) {
+async fn drain<Q, A, F, Fut>(db: Db, mut rx: mpsc::Receiver<Job<Q, A>>, read: F)
+where
+    F: Fn(Db, Vec<Q>) -> Fut,
+    Fut: Future<Output = Result<Vec<A>, StoreError>>,
+{
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let lookups: Vec<KeyOrSeat> = batch.iter().map(|j| j.lookup.clone()).collect();
-        match appointments::key_or_seats_pg(db.conn(), &lookups).await {
-            Ok(found) => {
-                for (job, f) in batch.drain(..).zip(found) {
-                    let _ = job.reply.send(Ok((f.by_key, f.holds_seat, f.slot)));
+        let (queries, replies): (Vec<Q>, Vec<_>) = batch.drain(..).map(|j| (j.query, j.reply)).unzip();
+        match read(db.clone(), queries).await {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answer));
                 }
             }
             Err(e) => {
                 let e = Arc::new(e);
-                for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(Arc::clone(&e)));
-                }
-            }
-        }
-    }
-}
-
-struct ListJob {
-    range: DayRange,
-    reply: oneshot::Sender<Result<Vec<time_slot::Model>, Arc<StoreError>>>,
-}
-
-/// The queue in front of the batched slot-list read, and the task that drains it.
-pub(super) struct ListBatcher {
-    jobs: mpsc::Sender<ListJob>,
-}
-
-impl ListBatcher {
-    /// Starts the draining task on `db` (inside the Tokio runtime).
-    pub(super) fn start(db: Db) -> Self {
-        let (jobs, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(drain_lists(db, rx));
-        Self { jobs }
-    }
-
-    /// The bookable slots of one doctor's day, read with whatever else is queued.
-    pub(super) async fn available(&self, range: DayRange) -> Result<Vec<time_slot::Model>, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let gone = || StoreError::Inconsistent("the slot-list task has stopped".into());
-        self.jobs.send(ListJob { range, reply }).await.map_err(|_| gone())?;
-        match answer.await {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(e)) => Err(StoreError::Inconsistent(format!("batched slot list failed: {e}"))),
-            Err(_) => Err(gone()),
-        }
-    }
-}
-
-async fn drain_lists(db: Db, mut rx: mpsc::Receiver<ListJob>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let ranges: Vec<DayRange> = batch.iter().map(|j| j.range).collect();
-        let now: DateTime<Utc> = Utc::now();
-        match slots::available_in_ranges_pg(db.conn(), &ranges, now).await {
-            Ok(rows) => {
-                for job in batch.drain(..) {
-                    let r = job.range;
-                    let mine = rows
-                        .iter()
-                        .filter(|s| s.doctor_id == r.doctor_id && r.from <= s.start_at && s.start_at < r.to)
-                        .cloned()
-                        .collect();
-                    let _ = job.reply.send(Ok(mine));
-                }
-            }
-            Err(e) => {
-                let e = Arc::new(e);
-                for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(Arc::clone(&e)));
+                for reply in replies {
+                    let _ = reply.send(Err(Arc::clone(&e)));
                 }
             }
         }

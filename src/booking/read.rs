@@ -97,7 +97,7 @@ impl BookingService {
         let (from, to) = day_bounds(tz, date);
         let range = DayRange { doctor_id: id, from, to };
         let rows = if self.db.backend() == sea_orm::DbBackend::Postgres {
-            self.lists.get_or_init(|| super::lookup::ListBatcher::start(self.db.clone())).available(range).await?
+            self.lists.get_or_init(|| super::lookup::list_batcher(self.db.clone())).ask(range).await?
         } else {
             slots::available(self.db.conn(), range, now).await?
         };
