@@ -92,7 +92,7 @@ pub struct Config {
     pub rate_limit_bookings: u32,
     /// The rate-limit window (`RATE_LIMIT_WINDOW_SECS`).
     pub rate_limit_window: Duration,
-    /// How long a cached slot list may be served (`SLOT_CACHE_TTL_MS`, default 4000; 0 = no cache).
+    /// How long a cached slot list may be served (`SLOT_CACHE_TTL_MS`, default 5000; 0 = no cache).
     pub slot_cache_ttl: Duration,
     /// How long a slot found full answers `SLOT_FULL` without the booking transaction
     /// (`KNOWN_FULL_TTL_SECS`, default 30; 0 = off).
@@ -225,7 +225,7 @@ impl Config {
             slot_cache_ttl: Duration::from_millis(parse(
                 &get,
                 "SLOT_CACHE_TTL_MS",
-                Some(4000),
+                Some(5000),
                 "a number of milliseconds (0 switches the cache off)",
             )?),
             known_full_ttl: Duration::from_secs(parse(
@@ -359,7 +359,7 @@ mod tests {
     fn burst_protection_settings() -> Result<(), ConfigError> {
         let c = config(&[("DB_POOL_MAX", "20")])?;
         assert_eq!(c.booking_concurrency, 10);
-        assert_eq!(c.slot_cache_ttl, Duration::from_millis(4000));
+        assert_eq!(c.slot_cache_ttl, Duration::from_millis(5000));
         assert_eq!(c.known_full_ttl, Duration::from_secs(30));
         assert_eq!(c.redis_timeout, Duration::from_millis(100));
         let off = config(&[("SLOT_CACHE_TTL_MS", "0"), ("KNOWN_FULL_TTL_SECS", "0")])?;

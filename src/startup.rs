@@ -64,6 +64,7 @@ impl Application {
         let db = Db::connect(&config.database, &settings).await?;
         db.migrate().await?;
         let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
+        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -74,10 +75,11 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
                 notifier: Arc::new(LoggingNotifier),
+                // Other instances' commits reach the rendered answers through the bus.
+                observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
         let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let schema = build_schema(limits, Some(service.clone()));

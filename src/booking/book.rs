@@ -139,7 +139,7 @@ impl BookingService {
             created_at: now,
         };
         let taken = if self.db.backend() == DbBackend::Postgres {
-            book_pg::book(self.db.conn(), new).await
+            book_pg::book(&self.db, new).await
         } else {
             self.book_in_transaction(new, now).await
         };

@@ -37,7 +37,7 @@ pub(super) type ListBatcher = Batcher<DayRange, Vec<time_slot::Model>>;
 /// Starts the batched known-full lookup on `db` (inside the Tokio runtime).
 pub(super) fn lookup_batcher(db: Db) -> LookupBatcher {
     Batcher::start("known-full lookup", db, |db, lookups| async move {
-        let found = appointments::key_or_seats_pg(db.conn(), &lookups).await?;
+        let found = appointments::key_or_seats_pg(&db, &lookups).await?;
         Ok(found.into_iter().map(|f| (f.by_key, f.holds_seat, f.slot)).collect())
     })
 }
@@ -45,16 +45,7 @@ pub(super) fn lookup_batcher(db: Db) -> LookupBatcher {
 /// Starts the batched slot-list read on `db` (inside the Tokio runtime).
 pub(super) fn list_batcher(db: Db) -> ListBatcher {
     Batcher::start("slot list", db, |db, ranges| async move {
-        let rows = slots::available_in_ranges_pg(db.conn(), &ranges, Utc::now()).await?;
-        Ok(ranges
-            .iter()
-            .map(|r| {
-                rows.iter()
-                    .filter(|s| s.doctor_id == r.doctor_id && r.from <= s.start_at && s.start_at < r.to)
-                    .cloned()
-                    .collect()
-            })
-            .collect())
+        slots::available_in_ranges_pg(&db, &ranges, Utc::now()).await
     })
 }
 

@@ -23,7 +23,7 @@ pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
 pub use error::{Refusal, RefusalCode, ServiceError};
 pub use publish::{NewDoctor, PublishRequest, Published};
-pub use read::DoctorPage;
+pub use read::{DoctorPage, SlotList};
 
 use std::sync::Arc;
 
@@ -87,18 +87,32 @@ impl BookingService {
         Ok(Some(tz))
     }
 
-    /// Deletes the cached list of the slot's day, after a commit that changed the slot. Awaited
-    /// before the answer, so a client that reads after its booking sees it on every instance.
+    /// Drops the cached list of the slot's day, after a commit that changed the slot. Awaited
+    /// before the answer, so a client that reads after its booking sees it.
     async fn slot_changed(&self, slot: &db::entity::time_slot::Model) {
         match self.timezone(slot.doctor_id).await {
             Ok(Some(tz)) => {
                 let date = slot.start_at.with_timezone(&tz).date_naive();
-                self.guard.slots.invalidate(slot.doctor_id, date).await;
+                self.day_changed(slot.doctor_id, date).await;
             }
-            // The commit stands; the list may stay stale for at most the cache TTL.
-            Ok(None) => tracing::error!(slot = slot.id, "the doctor of a changed slot is missing"),
-            Err(e) => tracing::warn!(slot = slot.id, error = %e, "cannot invalidate the slot list"),
+            // The commit stands; the shared list may stay stale for at most the cache TTL.
+            Ok(None) => {
+                tracing::error!(slot = slot.id, "the doctor of a changed slot is missing");
+                self.guard.answers.changed(slot.doctor_id);
+            }
+            Err(e) => {
+                tracing::warn!(slot = slot.id, error = %e, "cannot invalidate the slot list");
+                self.guard.answers.changed(slot.doctor_id);
+            }
         }
+    }
+
+    /// Drops what the caches hold of a doctor's day after a commit changed it: the shared rows
+    /// first, then this instance's rendered answers. In that order, a list rendered meanwhile
+    /// either read the rows after the delete or carries a stamp the second step makes stale.
+    async fn day_changed(&self, doctor_id: i64, date: chrono::NaiveDate) {
+        self.guard.slots.invalidate(doctor_id, date).await;
+        self.guard.answers.changed(doctor_id);
     }
 }
 

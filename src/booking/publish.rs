@@ -118,7 +118,7 @@ impl BookingService {
         })?;
         let created = slots::insert_skipping_existing(self.db.conn(), doctor_id, capacity, &plan).await?;
         if created > 0 {
-            self.guard.slots.invalidate(doctor_id, req.date).await;
+            self.day_changed(doctor_id, req.date).await;
         }
         let starts: Vec<_> = plan.iter().map(|s| s.start_at).collect();
         let slots = slots::at_starts(self.db.conn(), doctor_id, &starts).await?;

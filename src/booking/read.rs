@@ -12,6 +12,7 @@ use crate::{
         slots::{self, DayRange},
         StoreError,
     },
+    guard::Stamp,
 };
 
 /// Most appointments `myAppointments` returns (newest first).
@@ -26,6 +27,16 @@ pub struct DoctorPage {
     pub doctors: Vec<doctor::Model>,
     /// Whether more follow.
     pub has_next: bool,
+}
+
+/// The bookable slots of a doctor's day.
+#[derive(Clone, Debug)]
+pub struct SlotList {
+    /// The slots, by start.
+    pub slots: Vec<time_slot::Model>,
+    /// Taken before the rows were read, for keeping an answer made of them
+    /// ([`crate::guard::AnswerCache`]); `None` for an unknown doctor (one may be created next).
+    pub stamp: Option<Stamp>,
 }
 
 /// The facts of `record` that decide visibility.
@@ -48,6 +59,16 @@ pub fn doctor_day(doctor: &doctor::Model, date: NaiveDate) -> Result<DayRange, S
         .map_err(|m| StoreError::Inconsistent(format!("doctor {}: {m}", doctor.id)))?;
     let (from, to) = day_bounds(tz, date);
     Ok(DayRange { doctor_id: doctor.id, from, to })
+}
+
+impl SlotList {
+    /// `slots` read under `stamp`; an answer made of them ends when the first one starts.
+    fn new(slots: Vec<time_slot::Model>, mut stamp: Stamp) -> Self {
+        if let Some(first) = slots.iter().map(|s| s.start_at).min() {
+            stamp.expire_at(first);
+        }
+        Self { slots, stamp: Some(stamp) }
+    }
 }
 
 impl BookingService {
@@ -78,21 +99,18 @@ impl BookingService {
 
     /// The slots of a doctor's day that can still be booked; empty for an unknown doctor.
     /// Served from the slot-list cache when it has the day (a few seconds stale at most).
-    pub async fn available_slots(
-        &self,
-        raw_doctor_id: &str,
-        date: NaiveDate,
-    ) -> Result<Vec<time_slot::Model>, ServiceError> {
+    pub async fn available_slots(&self, raw_doctor_id: &str, date: NaiveDate) -> Result<SlotList, ServiceError> {
         let id = parse_arg_id("doctorId", raw_doctor_id)?;
+        let stamp = self.guard.answers.stamp(id);
         let now = Utc::now();
         if let Some(mut rows) = self.guard.slots.get(id, date).await {
             // Cached a few seconds ago: drop what has started since.
             rows.retain(|s| s.start_at > now);
-            return Ok(rows);
+            return Ok(SlotList::new(rows, stamp));
         }
         // An unknown doctor's empty list is not cached: the doctor may be created next.
         let Some(tz) = self.timezone(id).await? else {
-            return Ok(Vec::new());
+            return Ok(SlotList { slots: Vec::new(), stamp: None });
         };
         let (from, to) = day_bounds(tz, date);
         let range = DayRange { doctor_id: id, from, to };
@@ -102,7 +120,7 @@ impl BookingService {
             slots::available(self.db.conn(), range, now).await?
         };
         self.guard.slots.put(id, date, &rows).await;
-        Ok(rows)
+        Ok(SlotList::new(rows, stamp))
     }
 
     /// One appointment, if the caller may see it (`None` otherwise: no existence oracle).

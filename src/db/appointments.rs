@@ -282,38 +282,14 @@ pub struct KeyOrSeatFound {
     pub slot: Option<time_slot::Model>,
 }
 
-#[derive(FromQueryResult)]
-struct KeyOrSeatRow {
-    i: i64,
-    s_id: Option<i64>,
-    s_doctor_id: Option<i64>,
-    s_start_at: Option<DateTime<Utc>>,
-    s_end_at: Option<DateTime<Utc>>,
-    s_capacity: Option<i32>,
-    s_booked_count: Option<i32>,
-    s_version: Option<i64>,
-    k_id: Option<i64>,
-    k_slot_id: Option<i64>,
-    k_patient_id: Option<i64>,
-    k_status: Option<String>,
-    k_request_hash: Option<String>,
-    k_created_at: Option<DateTime<Utc>>,
-    k_cancelled_at: Option<DateTime<Utc>>,
-    held: bool,
-}
-
 /// [`key_or_seat`] plus the slot row for many attempts, in one PostgreSQL statement with one
 /// row per attempt (in order): each probe is an index lookup.
-pub async fn key_or_seats_pg(
-    conn: &impl ConnectionTrait,
-    lookups: &[KeyOrSeat],
-) -> Result<Vec<KeyOrSeatFound>, StoreError> {
-    use sea_orm::{DbBackend, Statement};
+pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Vec<KeyOrSeatFound>, StoreError> {
+    use super::slots::{decode_error, slot_at};
+    use sqlx::Row;
     const SQL: &str = "\
-        SELECT l.i, s.id AS s_id, s.doctor_id AS s_doctor_id, s.start_at AS s_start_at, s.end_at AS s_end_at, \
-               s.capacity AS s_capacity, s.booked_count AS s_booked_count, s.version AS s_version, \
-               k.id AS k_id, k.slot_id AS k_slot_id, k.patient_id AS k_patient_id, k.status AS k_status, \
-               k.request_hash AS k_request_hash, k.created_at AS k_created_at, k.cancelled_at AS k_cancelled_at, \
+        SELECT l.i, s.id, s.doctor_id, s.start_at, s.end_at, s.capacity, s.booked_count, s.version, \
+               k.id, k.slot_id, k.patient_id, k.status, k.request_hash, k.created_at, k.cancelled_at, \
                EXISTS (SELECT 1 FROM appointment h WHERE h.slot_id = l.slot_id AND h.patient_id = l.patient_id \
                        AND h.status = 'BOOKED') AS held \
         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY \
@@ -322,54 +298,40 @@ pub async fn key_or_seats_pg(
         LEFT JOIN LATERAL (SELECT * FROM appointment a WHERE a.booked_by = l.booked_by \
                            AND a.idempotency_key = l.key) k ON true \
         ORDER BY l.i";
-    let stmt = Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        SQL,
-        [
-            lookups.iter().map(|l| l.booked_by.clone()).collect::<Vec<_>>().into(),
-            lookups.iter().map(|l| l.key.clone()).collect::<Vec<_>>().into(),
-            lookups.iter().map(|l| l.slot_id).collect::<Vec<_>>().into(),
-            lookups.iter().map(|l| l.patient_id).collect::<Vec<_>>().into(),
-        ],
-    );
-    let rows = KeyOrSeatRow::find_by_statement(stmt).all(conn).await?;
-    if rows.len() != lookups.len() || rows.iter().enumerate().any(|(n, r)| r.i != n as i64 + 1) {
+    let query = sqlx::query(SQL)
+        .bind(lookups.iter().map(|l| l.booked_by.as_str()).collect::<Vec<_>>())
+        .bind(lookups.iter().map(|l| l.key.as_str()).collect::<Vec<_>>())
+        .bind(lookups.iter().map(|l| l.slot_id).collect::<Vec<_>>())
+        .bind(lookups.iter().map(|l| l.patient_id).collect::<Vec<_>>());
+    let rows = db.pg_fetch_all(query).await?;
+    if rows.len() != lookups.len() {
         return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
     }
-    Ok(rows
-        .into_iter()
-        .zip(lookups)
-        .map(|(r, l)| {
-            let slot =
-                match (r.s_id, r.s_doctor_id, r.s_start_at, r.s_end_at, r.s_capacity, r.s_booked_count, r.s_version) {
-                    (
-                        Some(id),
-                        Some(doctor_id),
-                        Some(start_at),
-                        Some(end_at),
-                        Some(capacity),
-                        Some(booked_count),
-                        Some(version),
-                    ) => Some(time_slot::Model { id, doctor_id, start_at, end_at, capacity, booked_count, version }),
-                    _ => None,
-                };
-            let by_key = match (r.k_id, r.k_slot_id, r.k_patient_id, r.k_status, r.k_request_hash, r.k_created_at) {
-                (Some(id), Some(slot_id), Some(patient_id), Some(status), Some(request_hash), Some(created_at)) => {
-                    Some(appointment::Model {
-                        id,
-                        slot_id,
-                        patient_id,
-                        status,
-                        booked_by: l.booked_by.clone(),
-                        idempotency_key: l.key.clone(),
-                        request_hash,
-                        created_at,
-                        cancelled_at: r.k_cancelled_at,
-                    })
-                }
-                _ => None,
-            };
-            KeyOrSeatFound { by_key, holds_seat: r.held, slot }
-        })
-        .collect())
+    let mut found = Vec::with_capacity(rows.len());
+    for (n, (row, l)) in rows.iter().zip(lookups).enumerate() {
+        let i: i64 = row.try_get(0).map_err(decode_error)?;
+        if i != n as i64 + 1 {
+            return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
+        }
+        let slot = match row.try_get::<Option<i64>, _>(1).map_err(decode_error)? {
+            Some(_) => Some(slot_at(row, 1)?),
+            None => None,
+        };
+        let by_key = match row.try_get::<Option<i64>, _>(8).map_err(decode_error)? {
+            Some(id) => Some(appointment::Model {
+                id,
+                slot_id: row.try_get(9).map_err(decode_error)?,
+                patient_id: row.try_get(10).map_err(decode_error)?,
+                status: row.try_get(11).map_err(decode_error)?,
+                booked_by: l.booked_by.clone(),
+                idempotency_key: l.key.clone(),
+                request_hash: row.try_get(12).map_err(decode_error)?,
+                created_at: row.try_get(13).map_err(decode_error)?,
+                cancelled_at: row.try_get(14).map_err(decode_error)?,
+            }),
+            None => None,
+        };
+        found.push(KeyOrSeatFound { by_key, holds_seat: row.try_get(15).map_err(decode_error)?, slot });
+    }
+    Ok(found)
 }

@@ -6,13 +6,13 @@
 //! trip instead of five (BEGIN, UPDATE, INSERT, INSERT, COMMIT). Every row lock is held for
 //! that one statement only. SQLite has no data-modifying CTEs and keeps the transaction.
 
-use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement};
+use sqlx::{postgres::PgRow, Row};
 
 use super::{
     appointments::{self, InsertError, NewAppointment},
     entity::{appointment, time_slot},
-    StoreError,
+    slots::{decode_error, slot_at},
+    Db, StoreError,
 };
 
 const BOOK: &str = "\
@@ -28,52 +28,38 @@ WITH s AS (
   INSERT INTO outbox (kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at)
   SELECT 'BOOKED', a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, $2 FROM s, a
 )
-SELECT s.id AS slot_id, s.doctor_id, s.start_at, s.end_at, s.capacity, s.booked_count, s.version,
-       a.id AS appointment_id, a.created_at
+SELECT s.id, s.doctor_id, s.start_at, s.end_at, s.capacity, s.booked_count, s.version, a.id, a.created_at
 FROM s, a";
 
 /// Takes a seat and records the appointment and its outbox row, atomically. `Ok(None)` when
 /// no seat was taken (not found, full or started); a unique violation is told apart like
 /// [`appointments::insert`]'s, and then nothing was changed.
 pub async fn book(
-    conn: &impl ConnectionTrait,
+    db: &Db,
     new: NewAppointment<'_>,
 ) -> Result<Option<(time_slot::Model, appointment::Model)>, InsertError> {
-    let stmt = Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        BOOK,
-        [
-            new.slot_id.into(),
-            new.created_at.into(),
-            new.patient_id.into(),
-            new.booked_by.into(),
-            new.idempotency_key.into(),
-            new.request_hash.into(),
-        ],
-    );
-    let row = conn.query_one(stmt).await.map_err(appointments::classify)?;
-    row.map(|r| decode(&r, &new)).transpose().map_err(InsertError::Store)
+    let query = sqlx::query(BOOK)
+        .bind(new.slot_id)
+        .bind(new.created_at)
+        .bind(new.patient_id)
+        .bind(new.booked_by)
+        .bind(new.idempotency_key)
+        .bind(new.request_hash);
+    let rows = db.pg_fetch_all(query).await.map_err(appointments::classify)?;
+    rows.first().map(|r| decode(r, &new)).transpose().map_err(InsertError::Store)
 }
 
-fn decode(r: &QueryResult, new: &NewAppointment<'_>) -> Result<(time_slot::Model, appointment::Model), StoreError> {
-    let slot = time_slot::Model {
-        id: r.try_get("", "slot_id")?,
-        doctor_id: r.try_get("", "doctor_id")?,
-        start_at: r.try_get::<DateTime<Utc>>("", "start_at")?,
-        end_at: r.try_get::<DateTime<Utc>>("", "end_at")?,
-        capacity: r.try_get("", "capacity")?,
-        booked_count: r.try_get("", "booked_count")?,
-        version: r.try_get("", "version")?,
-    };
+fn decode(r: &PgRow, new: &NewAppointment<'_>) -> Result<(time_slot::Model, appointment::Model), StoreError> {
+    let slot = slot_at(r, 0)?;
     let appointment = appointment::Model {
-        id: r.try_get("", "appointment_id")?,
+        id: r.try_get(7).map_err(decode_error)?,
         slot_id: slot.id,
         patient_id: new.patient_id,
         status: appointment::BOOKED.to_owned(),
         booked_by: new.booked_by.to_owned(),
         idempotency_key: new.idempotency_key.to_owned(),
         request_hash: new.request_hash.to_owned(),
-        created_at: r.try_get::<DateTime<Utc>>("", "created_at")?,
+        created_at: r.try_get(8).map_err(decode_error)?,
         cancelled_at: None,
     };
     Ok((slot, appointment))

@@ -134,6 +134,25 @@ impl Db {
         Ok(())
     }
 
+    /// Runs one statement on the PostgreSQL pool under sea-orm and returns its rows, counted and
+    /// timed like every other statement. For the hottest batched reads: decoding rows by
+    /// position here cost a fraction of sea-orm's decoding by column name (which tries several
+    /// timestamp types per value).
+    pub(crate) async fn pg_fetch_all<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
+        if self.backend() != DbBackend::Postgres {
+            return Err(DbErr::Custom("a PostgreSQL statement was sent to another database".into()));
+        }
+        let started = std::time::Instant::now();
+        let result = query.fetch_all(self.conn.get_postgres_connection_pool()).await;
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        metrics::histogram!("db_statement_seconds", "failed" => if result.is_err() { "true" } else { "false" })
+            .record(started.elapsed().as_secs_f64());
+        result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
+    }
+
     /// Statements run so far through this pool.
     pub fn statements_executed(&self) -> u64 {
         self.statements.load(Ordering::Relaxed)

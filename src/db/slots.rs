@@ -164,27 +164,52 @@ pub async fn release_seat(conn: &impl ConnectionTrait, slot_id: i64) -> Result<t
 }
 
 /// [`available`] for many doctors' days in one PostgreSQL statement (each range an index range
-/// scan, forced by `LATERAL`), by doctor and start. The caller splits the rows by range.
+/// scan, forced by `LATERAL`): one list per range, in the order of `ranges`.
 pub async fn available_in_ranges_pg(
-    conn: &impl ConnectionTrait,
+    db: &super::Db,
     ranges: &[DayRange],
     now: DateTime<Utc>,
-) -> Result<Vec<time_slot::Model>, StoreError> {
-    use sea_orm::{DbBackend, FromQueryResult, Statement};
+) -> Result<Vec<Vec<time_slot::Model>>, StoreError> {
+    use sqlx::Row;
     const SQL: &str = "\
-        SELECT t.* FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS r(doctor_id, from_at, to_at) \
+        SELECT r.i, t.id, t.doctor_id, t.start_at, t.end_at, t.capacity, t.booked_count, t.version \
+        FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) WITH ORDINALITY AS r(doctor_id, from_at, to_at, i) \
         CROSS JOIN LATERAL (SELECT * FROM time_slot WHERE doctor_id = r.doctor_id AND start_at >= r.from_at \
                             AND start_at < r.to_at AND start_at > $4 AND booked_count < capacity) AS t \
-        ORDER BY t.doctor_id, t.start_at";
-    let stmt = Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        SQL,
-        [
-            ranges.iter().map(|r| r.doctor_id).collect::<Vec<_>>().into(),
-            ranges.iter().map(|r| r.from).collect::<Vec<_>>().into(),
-            ranges.iter().map(|r| r.to).collect::<Vec<_>>().into(),
-            now.into(),
-        ],
-    );
-    Ok(time_slot::Model::find_by_statement(stmt).all(conn).await?)
+        ORDER BY r.i, t.start_at";
+    let query = sqlx::query(SQL)
+        .bind(ranges.iter().map(|r| r.doctor_id).collect::<Vec<_>>())
+        .bind(ranges.iter().map(|r| r.from).collect::<Vec<_>>())
+        .bind(ranges.iter().map(|r| r.to).collect::<Vec<_>>())
+        .bind(now);
+    let mut lists = vec![Vec::new(); ranges.len()];
+    for row in db.pg_fetch_all(query).await? {
+        let i: i64 = row.try_get(0).map_err(decode_error)?;
+        let list = usize::try_from(i - 1)
+            .ok()
+            .and_then(|i| lists.get_mut(i))
+            .ok_or_else(|| StoreError::Inconsistent(format!("batched slot list answered for range {i}")))?;
+        list.push(slot_at(&row, 1)?);
+    }
+    Ok(lists)
+}
+
+/// The `time_slot` columns of `row` from position `at` on (id, doctor, start, end, capacity,
+/// booked, version).
+pub(crate) fn slot_at(row: &sqlx::postgres::PgRow, at: usize) -> Result<time_slot::Model, StoreError> {
+    use sqlx::Row;
+    Ok(time_slot::Model {
+        id: row.try_get(at).map_err(decode_error)?,
+        doctor_id: row.try_get(at + 1).map_err(decode_error)?,
+        start_at: row.try_get(at + 2).map_err(decode_error)?,
+        end_at: row.try_get(at + 3).map_err(decode_error)?,
+        capacity: row.try_get(at + 4).map_err(decode_error)?,
+        booked_count: row.try_get(at + 5).map_err(decode_error)?,
+        version: row.try_get(at + 6).map_err(decode_error)?,
+    })
+}
+
+/// A column that does not decode as expected: the schema and the code disagree.
+pub(crate) fn decode_error(e: sqlx::Error) -> StoreError {
+    StoreError::Inconsistent(format!("unexpected column: {e}"))
 }

@@ -17,7 +17,7 @@ use std::{
 
 use tokio::sync::broadcast;
 
-use super::SlotChange;
+use super::{ChangeObserver, SlotChange};
 
 /// Notes a doctor's topic keeps for subscriptions that have not read them yet. A subscription
 /// that falls further behind re-reads its slots from the database instead (see `stream`), so a
@@ -45,6 +45,7 @@ type Topics = HashMap<i64, broadcast::Sender<Note>>;
 struct Inner {
     topics: Mutex<Topics>,
     closed: AtomicBool,
+    observer: Option<Arc<dyn ChangeObserver>>,
 }
 
 /// One subscription's view of the bus: its doctor's topic. Dropping it drops the topic when it
@@ -56,9 +57,10 @@ pub(super) struct Listener {
 }
 
 impl Bus {
-    /// An open bus with no topics.
-    pub(super) fn new() -> Self {
-        Self { inner: Arc::new(Inner { topics: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }) }
+    /// An open bus with no topics, telling `observer` about every change and resync.
+    pub(super) fn new(observer: Option<Arc<dyn ChangeObserver>>) -> Self {
+        let inner = Inner { topics: Mutex::new(HashMap::new()), closed: AtomicBool::new(false), observer };
+        Self { inner: Arc::new(inner) }
     }
 
     fn topics(&self) -> MutexGuard<'_, Topics> {
@@ -80,6 +82,9 @@ impl Bus {
 
     /// Hands a committed change to the subscriptions of its doctor on this instance.
     pub(super) fn publish(&self, change: SlotChange) {
+        if let Some(observer) = &self.inner.observer {
+            observer.changed(&change);
+        }
         let topics = self.topics();
         if let Some(topic) = topics.get(&change.doctor_id) {
             // An error only means nobody listens any more.
@@ -89,6 +94,9 @@ impl Bus {
 
     /// Tells every subscription to re-read its slots from the database.
     pub(super) fn resync(&self) {
+        if let Some(observer) = &self.inner.observer {
+            observer.may_have_missed_changes();
+        }
         let now = Instant::now();
         for topic in self.topics().values() {
             let _ = topic.send(Note::Reread(now));
@@ -130,7 +138,7 @@ mod tests {
 
     #[tokio::test]
     async fn topics_live_as_long_as_their_listeners() -> Result<(), broadcast::error::RecvError> {
-        let bus = Bus::new();
+        let bus = Bus::new(None);
         let mut a = bus.listen(7);
         let b = bus.listen(7);
         let mut other = bus.listen(8);

@@ -83,6 +83,15 @@ impl CommitSink for tokio::sync::Notify {
     }
 }
 
+/// Told about every committed change that reaches this instance's bus (its own and, through
+/// Redis, every other instance's), e.g. to drop what was made of the slots before.
+pub trait ChangeObserver: Send + Sync + 'static {
+    /// A committed change of the doctor's slots arrived; must not block.
+    fn changed(&self, change: &SlotChange);
+    /// Changes may have been missed (Redis came back after an outage).
+    fn may_have_missed_changes(&self);
+}
+
 /// A failure inside the live-availability machinery; logged and retried, never shown to clients.
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
@@ -114,6 +123,8 @@ pub struct LiveSettings {
     pub snapshot_concurrency: usize,
     /// Who sends confirmations of committed bookings and cancels.
     pub notifier: Arc<dyn Notifier>,
+    /// Told about every change that reaches the bus, before the subscriptions are.
+    pub observer: Option<Arc<dyn ChangeObserver>>,
 }
 
 /// The subscription side of live availability, shared by every connection of an instance.
@@ -136,7 +147,7 @@ impl Live {
     /// Starts the relay (and the Redis subscriber, with Redis) on `db`. Returns the handle for
     /// subscriptions, the sink the booking service rings after each commit, and the tasks.
     pub fn start(db: Db, settings: LiveSettings) -> (Self, RelaySink, LiveTasks) {
-        let bus = bus::Bus::new();
+        let bus = bus::Bus::new(settings.observer.clone());
         let (stop, stopping) = watch::channel(false);
         let sink = RelaySink::new();
         let mut handles = Vec::new();

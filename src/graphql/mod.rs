@@ -1,5 +1,6 @@
 //! The GraphQL API: schema, resolvers (thin: they call [`crate::booking`]), types, loaders.
 
+pub mod answers;
 pub mod context;
 pub mod error;
 pub mod loaders;

@@ -6,7 +6,7 @@ use async_graphql::{
 };
 
 use super::{
-    context::{caller, principal},
+    context::{caller, principal, record_stamp},
     error::{to_graphql, IntoGraphql},
     scalars::Date,
     types::{Appointment, Doctor, Slot},
@@ -40,8 +40,9 @@ impl QueryRoot {
     /// The doctor's slots of that day (in the doctor's zone) with a seat left and a start in
     /// the future, by start. Empty for an unknown doctor.
     async fn available_slots(&self, ctx: &Context<'_>, doctor_id: ID, date: Date) -> Result<Vec<Slot>> {
-        let rows = ctx.data::<BookingService>()?.available_slots(&doctor_id, date.0).await.gql()?;
-        Ok(rows.into_iter().map(Slot).collect())
+        let list = ctx.data::<BookingService>()?.available_slots(&doctor_id, date.0).await.gql()?;
+        record_stamp(ctx, list.stamp);
+        Ok(list.slots.into_iter().map(Slot).collect())
     }
 
     /// One slot, or null.

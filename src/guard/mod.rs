@@ -1,5 +1,6 @@
-//! Burst protection in front of the database: the slot-list cache, the per-patient booking
-//! rate limit, known-full early rejects and the booking bulkhead.
+//! Burst protection in front of the database: the slot-list cache (rows shared in Redis, and
+//! rendered answers in process), the per-patient booking rate limit, known-full early rejects
+//! and the booking bulkhead.
 //!
 //! The first three live in Redis when `REDIS_URL` is set (shared by every instance) and in
 //! process otherwise. Redis is never the source of truth: every Redis operation has a short
@@ -7,14 +8,16 @@
 //! the request go on to the database as if the guard were not there. The database alone
 //! decides every booking, so nothing is over- or under-booked whatever Redis does.
 
+pub mod answers;
 pub mod bulkhead;
 pub mod cache;
 pub mod known_full;
 pub mod rate_limit;
 mod redis_link;
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
+pub use answers::{AnswerCache, Stamp};
 pub use bulkhead::{Bulkhead, Entered, Saturated};
 pub use cache::{SlotCache, TimezoneCache};
 pub use known_full::{FullMark, KnownFull};
@@ -63,6 +66,9 @@ impl GuardSettings {
 pub struct Guard {
     /// Slot lists by doctor and day.
     pub slots: SlotCache,
+    /// Rendered slot-list answers by request (in process; also told about other instances'
+    /// commits by the live-availability bus).
+    pub answers: Arc<AnswerCache>,
     /// Doctors' time zones (in process).
     pub timezones: TimezoneCache,
     /// Per-patient booking attempts.
@@ -78,6 +84,7 @@ impl Guard {
     pub fn disabled() -> Self {
         Self {
             slots: SlotCache::off(),
+            answers: Arc::new(AnswerCache::new(Duration::ZERO)),
             timezones: TimezoneCache::default(),
             limiter: RateLimiter::off(),
             known_full: KnownFull::off(),
@@ -91,9 +98,11 @@ impl Guard {
     pub fn new(settings: &GuardSettings, redis: Option<redis::Client>) -> Self {
         let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
         let timezones = TimezoneCache::default();
+        let answers = Arc::new(AnswerCache::new(settings.slot_cache_ttl));
         match redis {
             None => Self {
                 slots: SlotCache::local(settings.slot_cache_ttl),
+                answers,
                 timezones,
                 limiter: RateLimiter::local(settings.rate_limit, settings.rate_window),
                 known_full: KnownFull::local(settings.known_full_ttl),
@@ -103,6 +112,7 @@ impl Guard {
                 let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout);
                 Self {
                     slots: SlotCache::redis(link.clone(), settings.slot_cache_ttl),
+                    answers,
                     timezones,
                     limiter: RateLimiter::redis(link.clone(), settings.rate_limit, settings.rate_window),
                     known_full: KnownFull::redis(link, settings.known_full_ttl),

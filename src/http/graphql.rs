@@ -14,7 +14,7 @@ use async_graphql::{
     Variables,
 };
 use axum::{
-    body::{to_bytes, Body},
+    body::{to_bytes, Body, Bytes},
     extract::{Query, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{Html, IntoResponse, Response},
@@ -25,7 +25,7 @@ use tracing::Instrument;
 use super::AppState;
 use crate::{
     auth::Principal,
-    graphql::{error::code, Loaders, RequestContext},
+    graphql::{answers::made_of_slot_lists, error::code, Loaders, RequestContext},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -52,6 +52,9 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
             )
         }
     };
+    if let Some(kept) = kept_answer(&state, &headers, &bytes, media) {
+        return kept;
+    }
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         // Unreadable JSON is 400 whatever the client accepts (the audit's BCF8).
@@ -75,7 +78,20 @@ pub(super) async fn post(State(state): State<AppState>, headers: HeaderMap, body
             Err(msg) => return request_error(bad_request(media), media, &msg),
         }
     }
-    execute(state, &headers, requests, batched, media).await
+    let answer_key = (!batched).then_some(bytes);
+    execute(state, &headers, requests, batched, answer_key, media).await
+}
+
+/// The kept answer to a request with exactly this body ([`crate::guard::AnswerCache`]: slot
+/// lists), if any. A request with a bad token is left to the usual path, which refuses it.
+fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
+    let started = Instant::now();
+    let (answer, operation) = state.service.guard().answers.get(body)?;
+    authenticate(state, headers).ok()?;
+    metrics::counter!("answer_cache_hits_total").increment(1);
+    metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => "ok").increment(1);
+    metrics::histogram!("graphql_request_seconds", "operation" => operation).record(started.elapsed().as_secs_f64());
+    Some(respond(StatusCode::OK, media, answer, &request_id(headers)))
 }
 
 /// `GET /graphql`: GraphiQL for a browser, otherwise a query (never a mutation).
@@ -116,7 +132,7 @@ pub(super) async fn get(
         resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     }
-    execute(state, &headers, vec![request], false, media).await
+    execute(state, &headers, vec![request], false, None, media).await
 }
 
 /// Turns one JSON object into a request, checking the shape the spec requires.
@@ -157,19 +173,27 @@ fn is_mutation(request: &async_graphql::Request) -> bool {
     })
 }
 
+/// The client's `x-request-id` when it is a sensible one, else a new one.
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
+}
+
+/// Runs the operations (several: a batch) and answers. `answer_key`, the body of a single POST
+/// operation, is where its answer is kept when it is made only of slot lists.
 async fn execute(
     state: AppState,
     headers: &HeaderMap,
     requests: Vec<async_graphql::Request>,
     batched: bool,
+    answer_key: Option<Bytes>,
     media: &'static str,
 ) -> Response {
-    let request_id = headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let request_id = request_id(headers);
     let principal = match authenticate(&state, headers) {
         Ok(p) => p,
         Err(msg) => {
@@ -184,17 +208,24 @@ async fn execute(
     let mut bodies = Vec::with_capacity(requests.len());
     let mut status = StatusCode::OK;
     let mut retry_after = None;
+    // The stamps and operation name of an answer to keep (a single POST of slot lists).
+    let mut keep = None;
     for request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
         let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
-        let ctx = RequestContext { principal: principal.clone(), request_id: request_id.clone() };
-        let request = super::query_cache::with_parsed_query(request).data(ctx).data(Loaders::new(state.service.db()));
+        let ctx = RequestContext::new(principal.clone(), request_id.clone());
+        let stamps = ctx.stamps.clone();
+        let mut request = super::query_cache::with_parsed_query(request);
+        let name = request.operation_name.clone();
+        let keepable =
+            answer_key.is_some() && request.parsed_query().is_ok_and(|doc| made_of_slot_lists(doc, name.as_deref()));
+        let request = request.data(ctx).data(Loaders::new(state.service.db()));
         let started = Instant::now();
         let response = state.schema.execute(request).instrument(span).await;
         let rendered = render(response, &request_id);
         metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);
-        metrics::histogram!("graphql_request_seconds", "operation" => operation)
+        metrics::histogram!("graphql_request_seconds", "operation" => operation.clone())
             .record(started.elapsed().as_secs_f64());
         if !batched {
             if rendered.request_error {
@@ -204,9 +235,15 @@ async fn execute(
                 retry_after = rendered.retry_after;
             }
         }
+        if keepable && rendered.outcome == "ok" && !rendered.request_error {
+            keep = Some((stamps.take(), operation));
+        }
         bodies.push(rendered.body);
     }
-    let body = if batched { format!("[{}]", bodies.join(",")) } else { bodies.pop().unwrap_or_default() };
+    let body = Bytes::from(if batched { format!("[{}]", bodies.join(",")) } else { bodies.pop().unwrap_or_default() });
+    if let (Some(key), Some((stamps, operation))) = (answer_key, keep) {
+        state.service.guard().answers.put(key, stamps, body.clone(), &operation);
+    }
     let mut resp = respond(status, media, body, &request_id);
     if let Some(secs) = retry_after {
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
@@ -322,8 +359,8 @@ fn request_error(status: StatusCode, media: &'static str, message: &str) -> Resp
     respond(status, media, body.to_string(), "")
 }
 
-fn respond(status: StatusCode, media: &'static str, body: String, request_id: &str) -> Response {
-    let mut resp = (status, body).into_response();
+fn respond(status: StatusCode, media: &'static str, body: impl Into<Body>, request_id: &str) -> Response {
+    let mut resp = (status, body.into()).into_response();
     let headers = resp.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -381,7 +381,7 @@ fn connection_data(tokens: &crate::auth::TokenIssuer, payload: &serde_json::Valu
         Some(value) => crate::auth::principal_from_header(tokens, value).map_err(async_graphql::Error::new)?,
     };
     let mut data = Data::default();
-    data.insert(RequestContext { principal, request_id: uuid::Uuid::new_v4().to_string() });
+    data.insert(RequestContext::new(principal, uuid::Uuid::new_v4().to_string()));
     Ok(data)
 }
 

@@ -12,6 +12,18 @@ async fn list(app: &TestApp, doctor: &str) -> Vec<Value> {
     data["availableSlots"].as_array().cloned().unwrap_or_default()
 }
 
+/// Whether `app`'s list of the doctor comes to hold `len` slots within a few seconds (another
+/// instance's commit reaches this one's rendered answers through pub/sub, asynchronously).
+async fn list_reaches(app: &TestApp, doctor: &str, len: usize) -> bool {
+    for _ in 0..200 {
+        if list(app, doctor).await.len() == len {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn a_cached_list_is_served_without_the_database_and_dropped_on_commit() {
     let (app, _db) = TestApp::spawn().await;
@@ -30,7 +42,23 @@ async fn a_cached_list_is_served_without_the_database_and_dropped_on_commit() {
 }
 
 #[tokio::test]
-async fn instances_sharing_redis_see_each_others_commits_at_once() {
+async fn a_kept_answer_still_checks_the_token_and_ends_with_a_new_schedule() {
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, _slot) = app.doctor_with_slot(1).await;
+    assert_eq!(list(&app, &doctor).await.len(), 1);
+    let before = app.statements();
+    assert_eq!(list(&app, &doctor).await.len(), 1);
+    assert_eq!(app.statements(), before, "the answer was kept");
+    let (status, body) = app.post(Some("not-a-token"), LIST, json!({ "d": doctor, "t": tomorrow() })).await;
+    assert_eq!((status, body["errors"][0]["extensions"]["code"].as_str()), (401, Some("UNAUTHENTICATED")));
+
+    let date = tomorrow();
+    app.publish(&doctor, &date, "10:00", "10:30", 15, 1).await;
+    assert_eq!(list(&app, &doctor).await.len(), 3, "the publish dropped the kept answer");
+}
+
+#[tokio::test]
+async fn instances_sharing_redis_see_each_others_commits() {
     if !has_redis() {
         return; // without Redis each process has its own cache (single-process mode)
     }
@@ -45,12 +73,12 @@ async fn instances_sharing_redis_see_each_others_commits_at_once() {
 
     let booked = a.book(&patient(1), &slot, "k1", None).await;
     assert!(booked["appointment"].is_object());
-    assert!(list(&b, &doctor).await.is_empty(), "B sees A's booking at once");
+    assert!(list_reaches(&b, &doctor, 0).await, "B never saw A's booking");
     // B now knows the slot is full (A marked it); a cancel through B clears that for A.
     assert_eq!(user_error(&a.book(&patient(2), &slot, "k2", None).await), Some("SLOT_FULL"));
     let id = booked["appointment"]["id"].as_str().expect("id");
     assert_eq!(b.cancel(&patient(1), id).await["cancelled"], true);
-    assert_eq!(list(&a, &doctor).await.len(), 1);
+    assert!(list_reaches(&a, &doctor, 1).await, "A never saw B's cancel");
     assert!(a.book(&patient(2), &slot, "k3", None).await["appointment"].is_object());
     a.assert_counts_consistent().await;
 }
@@ -227,7 +255,8 @@ async fn metrics_name_the_guards() {
     for name in [
         "booking_attempts_total{outcome=\"BOOKED\"}",
         "booking_attempts_total{outcome=\"SLOT_FULL\"}",
-        "slot_cache_requests_total{result=\"hit\"}",
+        "slot_cache_requests_total{result=\"miss\"}",
+        "answer_cache_hits_total",
         "known_full_rejects_total",
         "booking_bulkhead_in_use",
         "db_pool_in_use",

@@ -106,7 +106,7 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
         let request = async_graphql::Request::new(
             "{myAppointments{id slot{id startAt doctor{id name slots(date:\"2030-01-01\"){id}}}}}",
         )
-        .data(RequestContext { principal: Principal::Caller(patient.clone()), request_id: "t".into() })
+        .data(RequestContext::new(Principal::Caller(patient.clone()), "t".into()))
         .data(Loaders::new(&db));
         let response = schema.execute(request).await;
         assert!(response.errors.is_empty(), "{:?}", response.errors);
