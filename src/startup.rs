@@ -11,7 +11,7 @@ use crate::{
     config::Config,
     db::{Db, PoolSettings, StoreError},
     events::{Live, LiveSettings, LiveTasks, LoggingNotifier},
-    graphql::{build_schema, QueryLimits, SubscriptionExecutor},
+    graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
 };
@@ -85,6 +85,8 @@ impl Application {
         let schema = build_schema(limits, Some(service.clone()));
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
         let state = AppState {
+            prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
+            shapes: Arc::default(),
             schema,
             service,
             tokens: Arc::new(TokenIssuer::new(&secret)),

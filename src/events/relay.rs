@@ -29,6 +29,10 @@ use crate::db::{
 /// First and longest wait after a failed pass (Redis or the database down).
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// After a commit rings, the relay waits this long before its pass, so that under load the
+/// changes of many commits are published and deleted in one transaction (each pass is a
+/// commit of its own: at 4,000 bookings/s, passes of a row or two doubled the commits).
+const GATHER: Duration = Duration::from_millis(2);
 
 /// The commit sink of the booking service: wakes the relay right after each commit.
 #[derive(Clone, Debug, Default)]
@@ -96,7 +100,7 @@ impl Relay {
                 }
             };
             tokio::select! {
-                () = sink.wake.notified() => {}
+                () = sink.wake.notified() => tokio::time::sleep(GATHER).await,
                 () = tokio::time::sleep(wait) => {}
                 () = super::stopped(&mut stop) => return,
             }

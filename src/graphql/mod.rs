@@ -10,7 +10,7 @@ pub mod scalars;
 mod subscription;
 pub mod types;
 
-use async_graphql::Schema;
+use async_graphql::{Schema, ValidationMode};
 
 pub use context::RequestContext;
 pub use loaders::Loaders;
@@ -34,12 +34,23 @@ pub struct QueryLimits {
 
 /// Builds the schema. With `service` absent it is only good for printing the SDL.
 pub fn build_schema(limits: QueryLimits, service: Option<BookingService>) -> AppSchema {
+    build(limits, service, ValidationMode::Strict)
+}
+
+/// The same schema in async-graphql's fast validation mode (depth and complexity limits only),
+/// for requests of a shape known to pass the full validation (see `http::validated`).
+pub fn build_prevalidated_schema(limits: QueryLimits, service: Option<BookingService>) -> AppSchema {
+    build(limits, service, ValidationMode::Fast)
+}
+
+fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationMode) -> AppSchema {
     // No per-field tracing extension: the request's span (operation name, request id) is made
     // in `http::graphql`, and a span around every resolved field cost about a tenth of the CPU
     // of a slot list (40 slots × 3 fields).
     let mut builder = Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .limit_depth(limits.depth)
-        .limit_complexity(limits.complexity);
+        .limit_complexity(limits.complexity)
+        .validation_mode(mode);
     if let Some(service) = service {
         builder = builder.data(service);
     }

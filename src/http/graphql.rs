@@ -217,12 +217,27 @@ async fn execute(
         let stamps = ctx.stamps.clone();
         let mut request = super::query_cache::with_parsed_query(request);
         let name = request.operation_name.clone();
-        let keepable =
-            answer_key.is_some() && request.parsed_query().is_ok_and(|doc| made_of_slot_lists(doc, name.as_deref()));
+        // The text and variables step out while the document is borrowed (`parsed_query` takes
+        // the whole request mutably); the document was parsed above, so nothing is parsed here.
+        let query = std::mem::take(&mut request.query);
+        let variables = std::mem::take(&mut request.variables);
+        let (keepable, shape) = match request.parsed_query() {
+            Ok(doc) => (
+                answer_key.is_some() && made_of_slot_lists(doc, name.as_deref()),
+                super::validated::shape(&query, doc, name.as_deref(), &variables),
+            ),
+            Err(_) => (false, None),
+        };
+        (request.query, request.variables) = (query, variables);
+        let prevalidated = shape.as_deref().is_some_and(|s| state.shapes.passed(s));
+        let schema = if prevalidated { &state.prevalidated } else { &state.schema };
         let request = request.data(ctx).data(Loaders::new(state.service.db()));
         let started = Instant::now();
-        let response = state.schema.execute(request).instrument(span).await;
+        let response = schema.execute(request).instrument(span).await;
         let rendered = render(response, &request_id);
+        if let (Some(shape), false, false) = (shape, prevalidated, rendered.request_error) {
+            state.shapes.remember(shape);
+        }
         metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);
         metrics::histogram!("graphql_request_seconds", "operation" => operation.clone())

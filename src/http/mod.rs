@@ -4,6 +4,7 @@ mod graphql;
 mod health;
 mod metrics;
 mod query_cache;
+mod validated;
 mod ws;
 
 use std::sync::Arc;
@@ -21,12 +22,17 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 use crate::{auth::TokenIssuer, booking::BookingService, graphql::AppSchema};
 
 pub use self::metrics::install_recorder;
+pub use self::validated::ValidatedShapes;
 
 /// Everything a handler needs, shared by all requests of an instance.
 #[derive(Clone)]
 pub struct AppState {
     /// The GraphQL schema (with the booking service in its data).
     pub schema: AppSchema,
+    /// The same schema without the full validation, for requests of a validated shape.
+    pub prevalidated: AppSchema,
+    /// Request shapes known to pass validation.
+    pub shapes: Arc<ValidatedShapes>,
     /// The booking service.
     pub service: BookingService,
     /// Verifies bearer tokens.

@@ -54,6 +54,31 @@ async fn request_errors_are_400_without_data() {
 }
 
 #[tokio::test]
+async fn a_document_validated_before_still_refuses_bad_variables() {
+    let (app, _db) = TestApp::spawn().await;
+    let (_doctor, slot) = app.doctor_with_slot(5).await;
+    let query = "mutation($s:ID!,$k:String!,$p:ID){bookAppointment(input:{slotId:$s,idempotencyKey:$k,patientId:$p}){replayed}}";
+    let token = partner("p1");
+    for n in 1..=2 {
+        let (status, body) =
+            app.post(Some(&token), query, json!({ "s": slot, "k": format!("k{n}"), "p": format!("{n}") })).await;
+        assert_eq!((status, body["data"]["bookAppointment"]["replayed"].as_bool()), (200, Some(false)), "{body}");
+    }
+    for bad in [
+        json!({ "s": slot, "k": "k3", "p": true }),
+        json!({ "s": slot, "k": 3, "p": "3" }),
+        json!({ "s": slot, "p": "3" }),
+        json!({ "s": [slot], "k": "k3", "p": "3" }),
+        json!({ "s": 1.5, "k": "k3", "p": "3" }),
+    ] {
+        let (status, body) = app.post(Some(&token), query, bad.clone()).await;
+        assert_eq!((status, code(&body)), (400, "BAD_REQUEST"), "{bad}: {body}");
+    }
+    let (status, body) = app.post(Some(&token), query, json!({ "s": slot, "k": "k4", "p": "4" })).await;
+    assert_eq!((status, body["data"]["bookAppointment"]["replayed"].as_bool()), (200, Some(false)), "{body}");
+}
+
+#[tokio::test]
 async fn legacy_json_clients_get_200_for_document_errors() {
     let (app, _db) = TestApp::spawn().await;
     let accept = Some("application/json");
