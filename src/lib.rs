@@ -14,7 +14,8 @@
 //! - [`auth`] — bearer tokens and roles.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
 //! - [`events`] — committed slot changes on their way to live subscribers.
-//! - [`guard`] — burst protection: slot-list cache, rate limit, known-full rejects, bulkhead.
+//! - [`guard`] — burst protection: slot-list cache (shared rows, and rendered answers in
+//!   process), rate limit, known-full rejects, bulkhead.
 //! - [`telemetry`] — logging.
 //!
 //! # Error policy

@@ -70,10 +70,19 @@ impl BookingService {
         if let Err(retry_after_secs) = allowed {
             return Err(ServiceError::RateLimited { retry_after_secs });
         }
-        let entered = self.enter_bulkhead().await?;
         match known_full {
-            Some(_) => self.answer_known_full(&parsed, entered).await,
-            None => self.book_in_db(&parsed, entered).await,
+            // On PostgreSQL not through the bulkhead: these reads share the batcher's one
+            // connection, so they cannot take the pool, and the more of them one statement
+            // answers, the less each costs the database.
+            Some(_) if self.db.backend() == DbBackend::Postgres => self.answer_known_full(&parsed, None).await,
+            Some(_) => {
+                let entered = self.enter_bulkhead().await?;
+                self.answer_known_full(&parsed, Some(entered)).await
+            }
+            None => {
+                let entered = self.enter_bulkhead().await?;
+                self.book_in_db(&parsed, entered).await
+            }
         }
     }
 
@@ -82,7 +91,7 @@ impl BookingService {
     /// patient's own seat) and of the slot itself. The mark is only a hint: a slot that has a
     /// seat after all (a cancel whose clearing of the mark was lost while Redis was away) is
     /// booked through the database as usual, so the mark can never refuse a free seat.
-    async fn answer_known_full(&self, p: &Parsed<'_>, entered: Entered) -> Outcome<Booked> {
+    async fn answer_known_full(&self, p: &Parsed<'_>, entered: Option<Entered>) -> Outcome<Booked> {
         let (by_key, holds_seat, slot) = self.key_seat_slot(p).await?;
         if let Some(existing) = by_key {
             return Ok(replay_of(p, existing));
@@ -97,6 +106,10 @@ impl BookingService {
             already_booked()
         } else if slot.booked_count < slot.capacity {
             self.guard.known_full.mark_open(&slot).await;
+            let entered = match entered {
+                Some(e) => e,
+                None => self.enter_bulkhead().await?,
+            };
             return self.book_in_db(p, entered).await;
         } else {
             metrics::counter!("known_full_rejects_total").increment(1);
