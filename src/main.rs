@@ -86,6 +86,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 max_connections: 2,
                 acquire_timeout: std::time::Duration::from_secs(10),
                 statement_timeout: std::time::Duration::from_secs(600),
+                hot_connections: 0,
             };
             Db::connect(&config.database, &settings).await?.migrate().await?;
             println!("migrations applied");

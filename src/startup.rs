@@ -60,6 +60,8 @@ impl Application {
             max_connections: config.db_pool_max,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: config.db_statement_timeout,
+            // A booking statement per bulkhead place, and one for each batcher.
+            hot_connections: config.booking_concurrency.saturating_add(2),
         };
         let db = Db::connect(&config.database, &settings).await?;
         db.migrate().await?;

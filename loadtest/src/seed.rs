@@ -46,6 +46,7 @@ pub(crate) async fn run(args: SeedArgs) -> anyhow::Result<bool> {
         max_connections: 2,
         acquire_timeout: std::time::Duration::from_secs(10),
         statement_timeout: std::time::Duration::from_secs(600),
+        hot_connections: 0,
     };
     let target = DatabaseTarget::parse(&args.database_url).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(!target.is_sqlite(), "the benchmark seeds PostgreSQL only");

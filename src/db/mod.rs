@@ -7,6 +7,7 @@ pub mod appointments;
 pub mod book_pg;
 pub mod doctors;
 pub mod entity;
+mod hot;
 pub mod outbox;
 pub mod slots;
 
@@ -51,6 +52,9 @@ pub struct PoolSettings {
     pub acquire_timeout: Duration,
     /// PostgreSQL `statement_timeout`: no statement holds a connection longer.
     pub statement_timeout: Duration,
+    /// Dedicated PostgreSQL connections for the booking statement and the coalesced reads,
+    /// besides the pool (0: those use the pool too).
+    pub hot_connections: u32,
 }
 
 /// A connection pool plus a count of the statements it ran (for `/metrics` and for tests
@@ -59,12 +63,15 @@ pub struct PoolSettings {
 pub struct Db {
     conn: DatabaseConnection,
     statements: Arc<AtomicU64>,
+    /// The dedicated connections of the hottest statements (PostgreSQL, when configured).
+    hot: Option<Arc<hot::HotConnections>>,
 }
 
 impl Db {
     /// Opens a pool on `target`. SQLite runs in WAL mode with a busy timeout, so concurrent
     /// writers wait their turn instead of failing with "database is locked".
     pub async fn connect(target: &DatabaseTarget, settings: &PoolSettings) -> Result<Self, StoreError> {
+        let mut hot = None;
         let mut conn = match target {
             DatabaseTarget::Postgres(url) => {
                 let timeout_ms = settings.statement_timeout.as_millis().to_string();
@@ -79,8 +86,11 @@ impl Db {
                     .max_connections(settings.max_connections)
                     .acquire_timeout(settings.acquire_timeout)
                     .test_before_acquire(false)
-                    .connect_with(options)
+                    .connect_with(options.clone())
                     .await?;
+                if settings.hot_connections > 0 {
+                    hot = Some(Arc::new(hot::HotConnections::new(options, settings.hot_connections)));
+                }
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
             }
             DatabaseTarget::Sqlite(path) => {
@@ -109,7 +119,7 @@ impl Db {
             metrics::histogram!("db_statement_seconds", "failed" => if info.failed { "true" } else { "false" })
                 .record(info.elapsed.as_secs_f64());
         });
-        Ok(Self { conn, statements })
+        Ok(Self { conn, statements, hot })
     }
 
     /// The connection pool, for queries and transactions.
@@ -134,10 +144,10 @@ impl Db {
         Ok(())
     }
 
-    /// Runs one statement on the PostgreSQL pool under sea-orm and returns its rows, counted and
-    /// timed like every other statement. For the hottest batched reads: decoding rows by
-    /// position here cost a fraction of sea-orm's decoding by column name (which tries several
-    /// timestamp types per value).
+    /// Runs one statement on PostgreSQL and returns its rows, counted and timed like every
+    /// other statement: on the dedicated connections when there are some, else on the pool.
+    /// For the hottest statements: decoding rows by position cost a fraction of sea-orm's
+    /// decoding by column name (which tries several timestamp types per value).
     pub(crate) async fn pg_fetch_all<'q>(
         &self,
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
@@ -146,7 +156,10 @@ impl Db {
             return Err(DbErr::Custom("a PostgreSQL statement was sent to another database".into()));
         }
         let started = std::time::Instant::now();
-        let result = query.fetch_all(self.conn.get_postgres_connection_pool()).await;
+        let result = match &self.hot {
+            Some(hot) => hot.fetch_all(query).await,
+            None => query.fetch_all(self.conn.get_postgres_connection_pool()).await,
+        };
         self.statements.fetch_add(1, Ordering::Relaxed);
         metrics::histogram!("db_statement_seconds", "failed" => if result.is_err() { "true" } else { "false" })
             .record(started.elapsed().as_secs_f64());

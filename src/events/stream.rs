@@ -309,6 +309,7 @@ mod tests {
             max_connections: 4,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            hot_connections: 0,
         };
         let db = Db::connect(&DatabaseTarget::Sqlite(dir.path().join("t.sqlite3")), &settings).await?;
         db.migrate().await?;

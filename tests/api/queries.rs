@@ -59,6 +59,7 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
         max_connections: 4,
         acquire_timeout: std::time::Duration::from_secs(5),
         statement_timeout: std::time::Duration::from_secs(5),
+        hot_connections: 0,
     };
     let db = Db::connect(&target, &settings).await.unwrap();
     db.migrate().await.unwrap();

@@ -1,0 +1,114 @@
+//! Dedicated PostgreSQL connections for the hottest single statements: the booking statement
+//! and the coalesced reads. Bookings thereby never take a connection from the main pool that
+//! reads use, and a connection goes back without the ping sqlx 0.8's pool sends on every return.
+//!
+//! That ping (`PoolConnection::return_to_pool`, unconditional in 0.8) is a round trip per
+//! statement for both sides: about a twelfth of the server's CPU on the booking success path,
+//! plus the database's share. sqlx pings because a statement whose future was dropped midway
+//! may leave its connection mid-conversation; here such a connection is closed instead of being
+//! returned, and so is one that failed for any reason other than the database refusing the
+//! statement (a refused statement leaves the connection ready for the next one).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use sqlx::{
+    postgres::{PgArguments, PgConnectOptions, PgRow},
+    query::Query,
+    Connection, PgConnection, Postgres,
+};
+use tokio::sync::Semaphore;
+
+/// A small pool of dedicated connections, opened on demand and kept open.
+pub(crate) struct HotConnections {
+    options: PgConnectOptions,
+    /// One permit per connection that may be open.
+    permits: Semaphore,
+    idle: Mutex<Vec<PgConnection>>,
+}
+
+impl std::fmt::Debug for HotConnections {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotConnections").field("idle", &self.idle().len()).finish_non_exhaustive()
+    }
+}
+
+impl HotConnections {
+    /// Up to `size` connections made with `options`.
+    pub(crate) fn new(options: PgConnectOptions, size: u32) -> Self {
+        Self { options, permits: Semaphore::new(size as usize), idle: Mutex::new(Vec::new()) }
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<PgConnection>> {
+        // A Vec of connections stays consistent whatever a panicking holder did.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one statement on a dedicated connection and returns its rows.
+    pub(crate) async fn fetch_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>, sqlx::Error> {
+        let _permit = self.permits.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
+        let idle = self.idle().pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => PgConnection::connect_with(&self.options).await?,
+        };
+        let mut lease = Lease { conn: Some(conn), owner: self, reusable: false };
+        let Some(conn) = lease.conn.as_mut() else {
+            return Err(sqlx::Error::PoolClosed);
+        };
+        let result = query.fetch_all(conn).await;
+        lease.reusable = matches!(&result, Ok(_) | Err(sqlx::Error::Database(_)));
+        result
+    }
+}
+
+/// A connection out of the pool for one statement. It goes back only when the statement
+/// finished cleanly; dropped midway (a cancelled request) or after a failure of the connection
+/// itself, it is closed.
+struct Lease<'a> {
+    conn: Option<PgConnection>,
+    owner: &'a HotConnections,
+    reusable: bool,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if self.reusable {
+                self.owner.idle().push(conn);
+            }
+            // Otherwise dropping the connection closes its socket.
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{str::FromStr, time::Duration};
+
+    use super::*;
+
+    /// The backend pid of the connection that ran the statement.
+    async fn pid(hot: &HotConnections) -> Result<i32, sqlx::Error> {
+        use sqlx::Row;
+        hot.fetch_all(sqlx::query("SELECT pg_backend_pid()")).await?.first().map_or(Ok(0), |r| r.try_get(0))
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused_unless_a_statement_was_cut_off() -> Result<(), sqlx::Error> {
+        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| u.starts_with("postgres")) else {
+            return Ok(()); // needs PostgreSQL
+        };
+        let hot = HotConnections::new(PgConnectOptions::from_str(&url)?, 1);
+        let first = pid(&hot).await?;
+        assert_eq!(pid(&hot).await?, first, "a clean statement gives its connection back");
+
+        let refused = hot.fetch_all(sqlx::query("SELECT 1 / 0")).await;
+        assert!(matches!(refused, Err(sqlx::Error::Database(_))));
+        assert_eq!(pid(&hot).await?, first, "a statement the database refused leaves the connection usable");
+
+        let cut = tokio::time::timeout(Duration::from_millis(50), hot.fetch_all(sqlx::query("SELECT pg_sleep(1)")));
+        assert!(cut.await.is_err());
+        assert_ne!(pid(&hot).await?, first, "a connection left mid-statement is closed, not reused");
+        Ok(())
+    }
+}
