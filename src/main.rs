@@ -64,7 +64,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(config.log_format);
+    let _log_writer = telemetry::init(config.log_format);
     match run(command, config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
