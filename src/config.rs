@@ -86,7 +86,7 @@ pub struct Config {
     pub jwt_secret: Option<Secret>,
     /// Directory for the SQLite file and the dev-mode secret (`DATA_DIR`, default `.`).
     pub data_dir: PathBuf,
-    /// Largest number of database connections (`DB_POOL_MAX`).
+    /// Connections of the main pool (`DB_POOL_MAX`); the hot statements have their own.
     pub db_pool_max: u32,
     /// Booking attempts allowed per patient per window (`RATE_LIMIT_BOOKINGS`; 0 = off).
     pub rate_limit_bookings: u32,

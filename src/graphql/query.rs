@@ -38,7 +38,9 @@ impl QueryRoot {
     }
 
     /// The doctor's slots of that day (in the doctor's zone) with a seat left and a start in
-    /// the future, by start. Empty for an unknown doctor.
+    /// the future, by start. Empty for an unknown doctor. Served from a cache: a change is seen
+    /// at once after your own booking or cancel, and within the cache TTL (5 s by default)
+    /// after anyone else's; booking always checks the seat itself.
     async fn available_slots(&self, ctx: &Context<'_>, doctor_id: ID, date: Date) -> Result<Vec<Slot>> {
         let list = ctx.data::<BookingService>()?.available_slots(&doctor_id, date.0).await.gql()?;
         record_stamp(ctx, list.stamp);
