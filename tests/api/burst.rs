@@ -12,6 +12,16 @@ async fn list(app: &TestApp, doctor: &str) -> Vec<Value> {
     data["availableSlots"].as_array().cloned().unwrap_or_default()
 }
 
+/// Settings for tests that count statements: the outbox relay's fallback poll (every 500 ms by
+/// default) would otherwise add its own statements to a count now and then.
+const NO_POLL: &[(&str, &str)] = &[("OUTBOX_POLL_MS", "600000")];
+
+/// A server that runs no statement of its own accord, on a fresh database.
+async fn quiet_app() -> (TestApp, TestDatabase) {
+    let db = TestDatabase::new().await;
+    (TestApp::spawn_on(&db, NO_POLL).await, db)
+}
+
 /// Whether `app`'s list of the doctor comes to hold `len` slots within a few seconds (another
 /// instance's commit reaches this one's rendered answers through pub/sub, asynchronously).
 async fn list_reaches(app: &TestApp, doctor: &str, len: usize) -> bool {
@@ -26,7 +36,7 @@ async fn list_reaches(app: &TestApp, doctor: &str, len: usize) -> bool {
 
 #[tokio::test]
 async fn a_cached_list_is_served_without_the_database_and_dropped_on_commit() {
-    let (app, _db) = TestApp::spawn().await;
+    let (app, _db) = quiet_app().await;
     let (doctor, slot) = app.doctor_with_slot(1).await;
     assert_eq!(list(&app, &doctor).await.len(), 1);
     let before = app.statements();
@@ -43,7 +53,7 @@ async fn a_cached_list_is_served_without_the_database_and_dropped_on_commit() {
 
 #[tokio::test]
 async fn a_kept_answer_still_checks_the_token_and_ends_with_a_new_schedule() {
-    let (app, _db) = TestApp::spawn().await;
+    let (app, _db) = quiet_app().await;
     let (doctor, _slot) = app.doctor_with_slot(1).await;
     assert_eq!(list(&app, &doctor).await.len(), 1);
     let before = app.statements();
@@ -63,8 +73,8 @@ async fn instances_sharing_redis_see_each_others_commits() {
         return; // without Redis each process has its own cache (single-process mode)
     }
     let db = TestDatabase::new().await;
-    let a = TestApp::spawn_on(&db, &[]).await;
-    let b = TestApp::spawn_on(&db, &[]).await;
+    let a = TestApp::spawn_on(&db, NO_POLL).await;
+    let b = TestApp::spawn_on(&db, NO_POLL).await;
     let (doctor, slot) = a.doctor_with_slot(1).await;
     assert_eq!(list(&b, &doctor).await.len(), 1);
     let before = b.statements();
@@ -115,7 +125,7 @@ async fn the_rate_limit_answers_429_and_lets_the_patient_in_after_the_window() {
 
 #[tokio::test]
 async fn known_full_answers_without_the_transaction_keeps_replays_and_clears_on_cancel() {
-    let (app, _db) = TestApp::spawn().await;
+    let (app, _db) = quiet_app().await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let first = app.book(&patient(1), &slot, "k1", None).await;
     let id = first["appointment"]["id"].as_str().expect("booked").to_owned();
