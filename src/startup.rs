@@ -88,7 +88,6 @@ impl Application {
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
         let state = AppState {
             prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
-            shapes: Arc::default(),
             schema,
             service,
             tokens: Arc::new(TokenIssuer::new(&secret)),

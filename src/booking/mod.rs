@@ -90,20 +90,21 @@ impl BookingService {
     /// Drops the cached list of the slot's day, after a commit that changed the slot. Awaited
     /// before the answer, so a client that reads after its booking sees it.
     async fn slot_changed(&self, slot: &db::entity::time_slot::Model) {
-        match self.timezone(slot.doctor_id).await {
-            Ok(Some(tz)) => {
-                let date = slot.start_at.with_timezone(&tz).date_naive();
-                self.day_changed(slot.doctor_id, date).await;
-            }
-            // The commit stands; the shared list may stay stale for at most the cache TTL.
+        let day = match self.timezone(slot.doctor_id).await {
+            Ok(Some(tz)) => Some(slot.start_at.with_timezone(&tz).date_naive()),
             Ok(None) => {
                 tracing::error!(slot = slot.id, "the doctor of a changed slot is missing");
-                self.guard.answers.changed(slot.doctor_id);
+                None
             }
             Err(e) => {
                 tracing::warn!(slot = slot.id, error = %e, "cannot invalidate the slot list");
-                self.guard.answers.changed(slot.doctor_id);
+                None
             }
+        };
+        match day {
+            Some(date) => self.day_changed(slot.doctor_id, date).await,
+            // The commit stands; the shared list may stay stale for at most the cache TTL.
+            None => self.guard.answers.changed(slot.doctor_id),
         }
     }
 

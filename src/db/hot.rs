@@ -43,41 +43,22 @@ impl HotConnections {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs one statement on a dedicated connection and returns its rows.
+    /// Runs one statement on a dedicated connection and returns its rows. The connection goes
+    /// back only when the statement finished cleanly or the database refused it; when this
+    /// future is dropped midway (a cancelled request) or the connection itself failed, it is
+    /// dropped here, which closes it.
     pub(crate) async fn fetch_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>, sqlx::Error> {
         let _permit = self.permits.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
         let idle = self.idle().pop();
-        let conn = match idle {
+        let mut conn = match idle {
             Some(conn) => conn,
             None => PgConnection::connect_with(&self.options).await?,
         };
-        let mut lease = Lease { conn: Some(conn), owner: self, reusable: false };
-        let Some(conn) = lease.conn.as_mut() else {
-            return Err(sqlx::Error::PoolClosed);
-        };
-        let result = query.fetch_all(conn).await;
-        lease.reusable = matches!(&result, Ok(_) | Err(sqlx::Error::Database(_)));
-        result
-    }
-}
-
-/// A connection out of the pool for one statement. It goes back only when the statement
-/// finished cleanly; dropped midway (a cancelled request) or after a failure of the connection
-/// itself, it is closed.
-struct Lease<'a> {
-    conn: Option<PgConnection>,
-    owner: &'a HotConnections,
-    reusable: bool,
-}
-
-impl Drop for Lease<'_> {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            if self.reusable {
-                self.owner.idle().push(conn);
-            }
-            // Otherwise dropping the connection closes its socket.
+        let result = query.fetch_all(&mut conn).await;
+        if matches!(&result, Ok(_) | Err(sqlx::Error::Database(_))) {
+            self.idle().push(conn);
         }
+        result
     }
 }
 

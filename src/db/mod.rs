@@ -114,11 +114,7 @@ impl Db {
         };
         let statements = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&statements);
-        conn.set_metric_callback(move |info| {
-            counter.fetch_add(1, Ordering::Relaxed);
-            metrics::histogram!("db_statement_seconds", "failed" => if info.failed { "true" } else { "false" })
-                .record(info.elapsed.as_secs_f64());
-        });
+        conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
         Ok(Self { conn, statements, hot })
     }
 
@@ -160,9 +156,7 @@ impl Db {
             Some(hot) => hot.fetch_all(query).await,
             None => query.fetch_all(self.conn.get_postgres_connection_pool()).await,
         };
-        self.statements.fetch_add(1, Ordering::Relaxed);
-        metrics::histogram!("db_statement_seconds", "failed" => if result.is_err() { "true" } else { "false" })
-            .record(started.elapsed().as_secs_f64());
+        count_statement(&self.statements, started.elapsed(), result.is_err());
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
     }
 
@@ -190,6 +184,13 @@ impl Db {
     pub async fn close(self) {
         let _ = self.conn.close().await;
     }
+}
+
+/// Counts a statement run, for tests, and records its time in `db_statement_seconds`.
+fn count_statement(counter: &AtomicU64, elapsed: Duration, failed: bool) {
+    counter.fetch_add(1, Ordering::Relaxed);
+    metrics::histogram!("db_statement_seconds", "failed" => if failed { "true" } else { "false" })
+        .record(elapsed.as_secs_f64());
 }
 
 /// Truncates to microseconds, the precision both databases store, so a value read back

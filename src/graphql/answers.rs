@@ -1,29 +1,18 @@
 //! Which answers the answer cache ([`crate::guard::AnswerCache`]) may keep: those made only of
 //! slot lists, whose every change it is told about.
 
-use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection};
+use async_graphql::parser::types::{OperationDefinition, OperationType, Selection};
 
 /// The root field whose answers depend only on one doctor's slots (the doctor's own fields
 /// never change, and `Slot.doctor` is always that doctor).
 const SLOT_LIST_FIELD: &str = "availableSlots";
 
-/// Whether the answer to the chosen operation of `doc` is made only of slot lists: a query whose
-/// root fields are all `availableSlots` (or `__typename`), with no directives at the root.
-pub fn made_of_slot_lists(doc: &ExecutableDocument, operation_name: Option<&str>) -> bool {
-    let mut operations = doc.operations.iter();
-    let chosen = match operation_name {
-        Some(name) => operations.find(|(n, _)| n.map(|n| n.as_str()) == Some(name)),
-        None => match (operations.next(), operations.next()) {
-            (Some(only), None) => Some(only),
-            _ => None,
-        },
-    };
-    let Some((_, op)) = chosen else {
-        return false;
-    };
-    let roots = &op.node.selection_set.node.items;
-    op.node.ty == OperationType::Query
-        && op.node.directives.is_empty()
+/// Whether the answer to `op` is made only of slot lists: a query whose root fields are all
+/// `availableSlots` (or `__typename`), with no directives at the root.
+pub fn made_of_slot_lists(op: &OperationDefinition) -> bool {
+    let roots = &op.selection_set.node.items;
+    op.ty == OperationType::Query
+        && op.directives.is_empty()
         && roots.iter().any(|s| matches!(&s.node, Selection::Field(f) if f.node.name.node == SLOT_LIST_FIELD))
         && roots.iter().all(|s| match &s.node {
             Selection::Field(f) => {
@@ -39,7 +28,7 @@ mod tests {
     use async_graphql::parser::parse_query;
 
     fn check(query: &str, name: Option<&str>) -> bool {
-        parse_query(query).is_ok_and(|doc| made_of_slot_lists(&doc, name))
+        parse_query(query).is_ok_and(|doc| super::super::chosen_operation(&doc, name).is_some_and(made_of_slot_lists))
     }
 
     #[test]

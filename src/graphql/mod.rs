@@ -10,7 +10,10 @@ pub mod scalars;
 mod subscription;
 pub mod types;
 
-use async_graphql::{Schema, ValidationMode};
+use async_graphql::{
+    parser::types::{ExecutableDocument, OperationDefinition},
+    Schema, ValidationMode,
+};
 
 pub use context::RequestContext;
 pub use loaders::Loaders;
@@ -55,6 +58,20 @@ fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationM
         builder = builder.data(service);
     }
     builder.finish()
+}
+
+/// The operation of `doc` a request runs: the one named `name`, or the only one when no name
+/// is given. `None` when there is no such operation (the executor reports it).
+pub fn chosen_operation<'a>(doc: &'a ExecutableDocument, name: Option<&str>) -> Option<&'a OperationDefinition> {
+    let mut operations = doc.operations.iter();
+    let (_, op) = match name {
+        Some(name) => operations.find(|(n, _)| n.map(|n| n.as_str()) == Some(name))?,
+        None => match (operations.next(), operations.next()) {
+            (Some(only), None) => only,
+            _ => return None,
+        },
+    };
+    Some(&op.node)
 }
 
 /// The schema's SDL, as committed in `schema.graphql`.

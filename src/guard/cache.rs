@@ -18,8 +18,6 @@ use chrono_tz::Tz;
 use super::redis_link::{GuardError, RedisLink};
 use crate::db::entity::time_slot;
 
-/// Entries kept in process before expired ones are swept (and, if still too many, all dropped).
-const LOCAL_MAX_ENTRIES: usize = 100_000;
 /// Format tag of the encoded list, so a change of layout reads as a miss, not as garbage.
 const FORMAT: u8 = 1;
 /// Bytes per encoded slot: id, doctor, start, end (i64), capacity, booked (i32), version (i64).
@@ -99,9 +97,9 @@ impl SlotCache {
             Backend::Off => {}
             Backend::Local(map) => {
                 let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                if map.len() >= LOCAL_MAX_ENTRIES {
+                if map.len() >= super::LOCAL_MAX_ENTRIES {
                     map.retain(|_, (at, _)| at.elapsed() < self.ttl);
-                    if map.len() >= LOCAL_MAX_ENTRIES {
+                    if map.len() >= super::LOCAL_MAX_ENTRIES {
                         map.clear();
                     }
                 }
@@ -155,7 +153,7 @@ impl TimezoneCache {
     /// Remembers the doctor's zone.
     pub fn put(&self, doctor_id: i64, tz: Tz) {
         let mut zones = self.zones.write().unwrap_or_else(PoisonError::into_inner);
-        if zones.len() >= LOCAL_MAX_ENTRIES {
+        if zones.len() >= super::LOCAL_MAX_ENTRIES {
             zones.clear();
         }
         zones.insert(doctor_id, tz);

@@ -18,9 +18,6 @@ use chrono::{DateTime, Utc};
 use super::redis_link::{GuardError, RedisLink};
 use crate::db::entity::time_slot;
 
-/// Slots tracked in process before expired marks are swept.
-const LOCAL_MAX_ENTRIES: usize = 100_000;
-
 /// Sets KEYS[1] to ARGV[1] for ARGV[3] ms unless it holds a mark of version ≥ ARGV[2].
 const SET_IF_NEWER: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -154,7 +151,7 @@ impl KnownFull {
             Backend::Off => {}
             Backend::Local(map) => {
                 let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                if map.len() >= LOCAL_MAX_ENTRIES {
+                if map.len() >= super::LOCAL_MAX_ENTRIES {
                     map.retain(|_, (at, _)| at.elapsed() < self.ttl);
                 }
                 let newer =

@@ -25,6 +25,10 @@ pub use rate_limit::RateLimiter;
 
 use crate::config::Config;
 
+/// Entries each in-process guard keeps (slot lists, time zones, marks, rate windows) before it
+/// sweeps the expired ones.
+const LOCAL_MAX_ENTRIES: usize = 100_000;
+
 /// The settings of the guards (from [`Config`]).
 #[derive(Clone, Debug)]
 pub struct GuardSettings {

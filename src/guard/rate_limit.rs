@@ -14,9 +14,6 @@ use std::{
 
 use super::redis_link::RedisLink;
 
-/// Patients tracked in process before expired windows are swept.
-const LOCAL_MAX_ENTRIES: usize = 100_000;
-
 const SCRIPT: &str = r"
 local n = redis.call('INCR', KEYS[1])
 local ttl = redis.call('PTTL', KEYS[1])
@@ -72,7 +69,7 @@ impl RateLimiter {
         }
         let (count, left) = {
             let mut map = self.local.lock().unwrap_or_else(PoisonError::into_inner);
-            if map.len() >= LOCAL_MAX_ENTRIES {
+            if map.len() >= super::LOCAL_MAX_ENTRIES {
                 map.retain(|_, (opened, _)| opened.elapsed() < self.window);
             }
             let entry = map.entry(patient_id).or_insert((Instant::now(), 0));

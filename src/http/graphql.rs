@@ -8,11 +8,7 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use async_graphql::{
-    http::GraphiQLSource,
-    parser::{parse_query, types::OperationType},
-    Variables,
-};
+use async_graphql::{http::GraphiQLSource, parser::types::OperationType, Variables};
 use axum::{
     body::{to_bytes, Body, Bytes},
     extract::{Query, State},
@@ -22,10 +18,10 @@ use axum::{
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
-use super::AppState;
+use super::{query_cache, validated, AppState};
 use crate::{
     auth::Principal,
-    graphql::{answers::made_of_slot_lists, error::code, Loaders, RequestContext},
+    graphql::{answers::made_of_slot_lists, chosen_operation, error::code, Loaders, RequestContext},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -164,11 +160,11 @@ fn graphql_request(item: Value) -> Result<async_graphql::Request, String> {
 }
 
 fn is_mutation(request: &async_graphql::Request) -> bool {
-    let Ok(doc) = parse_query(&request.query) else {
+    let Some(document) = query_cache::document(&request.query) else {
         return false; // answered as a parse error by the executor
     };
     let name = request.operation_name.as_deref();
-    doc.operations.iter().any(|(op_name, op)| {
+    document.doc.operations.iter().any(|(op_name, op)| {
         (name.is_none() || op_name.map(|n| n.as_str()) == name) && op.node.ty != OperationType::Query
     })
 }
@@ -210,33 +206,27 @@ async fn execute(
     let mut retry_after = None;
     // The stamps and operation name of an answer to keep (a single POST of slot lists).
     let mut keep = None;
-    for request in requests {
+    for mut request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
         let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
         let ctx = RequestContext::new(principal.clone(), request_id.clone());
         let stamps = ctx.stamps.clone();
-        let mut request = super::query_cache::with_parsed_query(request);
-        let name = request.operation_name.clone();
-        // The text and variables step out while the document is borrowed (`parsed_query` takes
-        // the whole request mutably); the document was parsed above, so nothing is parsed here.
-        let query = std::mem::take(&mut request.query);
-        let variables = std::mem::take(&mut request.variables);
-        let (keepable, shape) = match request.parsed_query() {
-            Ok(doc) => (
-                answer_key.is_some() && made_of_slot_lists(doc, name.as_deref()),
-                super::validated::shape(&query, doc, name.as_deref(), &variables),
-            ),
-            Err(_) => (false, None),
-        };
-        (request.query, request.variables) = (query, variables);
-        let prevalidated = shape.as_deref().is_some_and(|s| state.shapes.passed(s));
+        let document = query_cache::document(&request.query);
+        let name = request.operation_name.as_deref();
+        let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
+        let keepable = answer_key.is_some() && op.is_some_and(made_of_slot_lists);
+        let shape = op.and_then(|op| validated::shape(name, op, &request.variables));
+        let prevalidated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
+        if let Some(d) = &document {
+            request.set_parsed_query(d.doc.clone());
+        }
         let schema = if prevalidated { &state.prevalidated } else { &state.schema };
         let request = request.data(ctx).data(Loaders::new(state.service.db()));
         let started = Instant::now();
         let response = schema.execute(request).instrument(span).await;
         let rendered = render(response, &request_id);
-        if let (Some(shape), false, false) = (shape, prevalidated, rendered.request_error) {
-            state.shapes.remember(shape);
+        if let (Some(d), Some(shape), false, false) = (&document, shape, prevalidated, rendered.request_error) {
+            d.remember(shape);
         }
         metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);

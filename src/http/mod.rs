@@ -22,7 +22,6 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 use crate::{auth::TokenIssuer, booking::BookingService, graphql::AppSchema};
 
 pub use self::metrics::install_recorder;
-pub use self::validated::ValidatedShapes;
 
 /// Everything a handler needs, shared by all requests of an instance.
 #[derive(Clone)]
@@ -31,8 +30,6 @@ pub struct AppState {
     pub schema: AppSchema,
     /// The same schema without the full validation, for requests of a validated shape.
     pub prevalidated: AppSchema,
-    /// Request shapes known to pass validation.
-    pub shapes: Arc<ValidatedShapes>,
     /// The booking service.
     pub service: BookingService,
     /// Verifies bearer tokens.

@@ -1,45 +1,65 @@
-//! Parsed GraphQL documents by query text. Clients send the same few documents over and over
-//! (a widget's slot list, a partner's booking mutation), and parsing one took about a tenth of
-//! the CPU of a rejected booking; validation and execution still run for every request.
+//! Parsed GraphQL documents by query text, each with the variable shapes that passed validation.
+//! Clients send the same few documents over and over (a widget's slot list, a partner's
+//! booking mutation), and parsing one took about a tenth of the CPU of a rejected booking;
+//! validating it, about an eighth (see `validated` for when that can be skipped).
 
 use std::{
-    collections::HashMap,
-    sync::{OnceLock, PoisonError, RwLock},
+    collections::{HashMap, HashSet},
+    sync::{Arc, OnceLock, PoisonError, RwLock},
 };
 
-use async_graphql::parser::types::ExecutableDocument;
+use async_graphql::parser::{parse_query, types::ExecutableDocument};
 
 /// Documents kept; once full, new ones are parsed per request and not kept (a flood of
 /// distinct documents costs what it cost before, no more).
 const MAX_ENTRIES: usize = 512;
 /// Longer query texts are not kept.
 const MAX_QUERY_BYTES: usize = 8 * 1024;
+/// Shapes remembered per document; past it, new shapes are validated in full every time.
+const MAX_SHAPES: usize = 64;
 
-fn cache() -> &'static RwLock<HashMap<String, ExecutableDocument>> {
-    static CACHE: OnceLock<RwLock<HashMap<String, ExecutableDocument>>> = OnceLock::new();
+/// A parsed document and what is known of it.
+pub(super) struct Document {
+    /// The parsed document.
+    pub(super) doc: ExecutableDocument,
+    /// Shapes of requests with this document that passed the full validation.
+    shapes: RwLock<HashSet<String>>,
+}
+
+impl Document {
+    /// Whether a request of this shape passed validation before.
+    pub(super) fn passed(&self, shape: &str) -> bool {
+        self.shapes.read().unwrap_or_else(PoisonError::into_inner).contains(shape)
+    }
+
+    /// Remembers that a request of this shape passed validation.
+    pub(super) fn remember(&self, shape: String) {
+        let mut shapes = self.shapes.write().unwrap_or_else(PoisonError::into_inner);
+        if shapes.len() < MAX_SHAPES {
+            shapes.insert(shape);
+        }
+    }
+}
+
+fn cache() -> &'static RwLock<HashMap<String, Arc<Document>>> {
+    static CACHE: OnceLock<RwLock<HashMap<String, Arc<Document>>>> = OnceLock::new();
     CACHE.get_or_init(|| RwLock::new(HashMap::new()))
 }
 
-/// `request` with its document parsed: from the cache, or parsed now (and kept). A document
-/// that does not parse is left for the executor, which reports the error as usual.
-pub(super) fn with_parsed_query(mut request: async_graphql::Request) -> async_graphql::Request {
-    let cached = cache().read().unwrap_or_else(PoisonError::into_inner).get(&request.query).cloned();
-    if let Some(doc) = cached {
-        request.set_parsed_query(doc);
-        return request;
+/// The document of `query`: from the cache, or parsed now (and kept). `None` when it does not
+/// parse: the executor then reports the error as usual.
+pub(super) fn document(query: &str) -> Option<Arc<Document>> {
+    if let Some(found) = cache().read().unwrap_or_else(PoisonError::into_inner).get(query) {
+        return Some(Arc::clone(found));
     }
-    if request.query.len() > MAX_QUERY_BYTES {
-        return request;
+    let document = Arc::new(Document { doc: parse_query(query).ok()?, shapes: RwLock::default() });
+    if query.len() <= MAX_QUERY_BYTES {
+        let mut map = cache().write().unwrap_or_else(PoisonError::into_inner);
+        if map.len() < MAX_ENTRIES {
+            map.insert(query.to_owned(), Arc::clone(&document));
+        }
     }
-    let Ok(doc) = request.parsed_query().cloned() else {
-        return request;
-    };
-    let mut map = cache().write().unwrap_or_else(PoisonError::into_inner);
-    if map.len() < MAX_ENTRIES {
-        map.insert(request.query.clone(), doc);
-    }
-    drop(map);
-    request
+    Some(document)
 }
 
 #[cfg(test)]
@@ -49,12 +69,21 @@ mod tests {
     #[test]
     fn a_cached_document_is_the_parsed_one() {
         let query = "query CacheProbe { __typename }";
-        let first = with_parsed_query(async_graphql::Request::new(query));
-        let mut second = with_parsed_query(async_graphql::Request::new(query));
+        let first = document(query);
+        let second = document(query);
         assert!(cache().read().unwrap_or_else(PoisonError::into_inner).contains_key(query));
-        assert_eq!(second.parsed_query().map(|d| d.operations.iter().count()).ok(), Some(1));
-        let mut bad = with_parsed_query(async_graphql::Request::new("query {"));
-        assert!(bad.parsed_query().is_err());
+        assert_eq!(second.as_ref().map(|d| d.doc.operations.iter().count()), Some(1));
+        assert!(document("query {").is_none());
         drop(first);
+    }
+
+    #[test]
+    fn remembered_shapes_pass() {
+        let Some(doc) = document("query ShapeProbe { __typename }") else {
+            panic!("the probe parses");
+        };
+        assert!(!doc.passed("s"));
+        doc.remember("s".into());
+        assert!(doc.passed("s"));
     }
 }

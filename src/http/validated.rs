@@ -8,75 +8,32 @@
 //! for numbers (`Int` has a range), which are kept whole.
 //!
 //! So a request's *shape* is its query text, operation name and, per declared variable, the
-//! kind of its value (or the number itself). Once a shape passed the full validation, later
+//! kind of its value (or the number itself); the shapes that passed are kept with the parsed
+//! document (`query_cache`), which stands for the text. Once a shape passed the full validation, later
 //! requests of that shape run on a schema in async-graphql's fast validation mode, which still
 //! enforces the depth and complexity limits. Operations with variables of other types (custom
 //! scalars such as `Date`, enums, input objects, lists) are always validated in full, and a
 //! shape is only remembered after a pass, so no request is ever accepted that the full
 //! validation would refuse.
 
-use std::{
-    collections::HashSet,
-    fmt::Write,
-    sync::{PoisonError, RwLock},
-};
+use std::fmt::Write;
 
 use async_graphql::{
-    parser::types::{BaseType, ExecutableDocument},
+    parser::types::{BaseType, OperationDefinition},
     Value, Variables,
 };
 
-/// Shapes remembered; once full, new shapes are validated in full every time.
-const MAX_SHAPES: usize = 4096;
-/// Longer query texts are not remembered.
-const MAX_QUERY_BYTES: usize = 8 * 1024;
 /// Declared variable types whose valid values are told apart by kind (and numbers by value).
 const BUILT_IN: [&str; 5] = ["ID", "String", "Boolean", "Int", "Float"];
 
-/// The shapes of this instance that passed validation.
-#[derive(Default)]
-pub struct ValidatedShapes {
-    shapes: RwLock<HashSet<String>>,
-}
-
-impl ValidatedShapes {
-    /// Whether this shape passed validation before.
-    pub fn passed(&self, shape: &str) -> bool {
-        self.shapes.read().unwrap_or_else(PoisonError::into_inner).contains(shape)
-    }
-
-    /// Remembers that this shape passed validation.
-    pub fn remember(&self, shape: String) {
-        let mut shapes = self.shapes.write().unwrap_or_else(PoisonError::into_inner);
-        if shapes.len() < MAX_SHAPES {
-            shapes.insert(shape);
-        }
-    }
-}
-
-/// The shape of a request (see the module's doc), or `None` when its validity may depend on
-/// more than its shape.
-pub(super) fn shape(
-    query: &str,
-    doc: &ExecutableDocument,
-    operation: Option<&str>,
-    variables: &Variables,
-) -> Option<String> {
-    if query.len() > MAX_QUERY_BYTES {
-        return None;
-    }
-    let mut operations = doc.operations.iter();
-    let (_, op) = match operation {
-        Some(name) => operations.find(|(n, _)| n.map(|n| n.as_str()) == Some(name))?,
-        None => match (operations.next(), operations.next()) {
-            (Some(only), None) => only,
-            _ => return None,
-        },
-    };
-    let mut shape = String::with_capacity(query.len() + 64);
-    shape.push_str(operation.unwrap_or(""));
+/// The shape of a request running the operation `op` (named `name`) of a document, with these
+/// variables (see the module's doc); kept per document, so the query text is not part of it.
+/// `None` when the request's validity may depend on more than its shape.
+pub(super) fn shape(name: Option<&str>, op: &OperationDefinition, variables: &Variables) -> Option<String> {
+    let mut shape = String::with_capacity(64);
+    shape.push_str(name.unwrap_or(""));
     shape.push('\n');
-    for def in &op.node.variable_definitions {
+    for def in &op.variable_definitions {
         let BaseType::Named(ty) = &def.node.var_type.node.base else {
             return None;
         };
@@ -93,8 +50,6 @@ pub(super) fn shape(
         };
         let _ = write!(shape, "{}={kind};", def.node.name.node);
     }
-    shape.push('\n');
-    shape.push_str(query);
     Some(shape)
 }
 
@@ -106,7 +61,7 @@ mod tests {
 
     fn shape_of(query: &str, name: Option<&str>, vars: serde_json::Value) -> Option<String> {
         let doc = parse_query(query).ok()?;
-        shape(query, &doc, name, &Variables::from_json(vars))
+        shape(name, crate::graphql::chosen_operation(&doc, name)?, &Variables::from_json(vars))
     }
 
     const BOOK: &str = "mutation B($s:ID!,$k:String!,$n:Int){x(s:$s,k:$k,n:$n)}";
@@ -130,13 +85,5 @@ mod tests {
         assert!(shape_of("mutation($in:BookInput!){a(in:$in)}", None, json!({ "in": {} })).is_none());
         assert!(shape_of("query A{a} query B{b}", None, json!({})).is_none());
         assert!(shape_of("query A{a} query B{b}", Some("B"), json!({})).is_some());
-    }
-
-    #[test]
-    fn remembered_shapes_pass() {
-        let shapes = ValidatedShapes::default();
-        assert!(!shapes.passed("s"));
-        shapes.remember("s".into());
-        assert!(shapes.passed("s"));
     }
 }
