@@ -120,6 +120,9 @@ pub struct Config {
     /// How often the outbox relay looks for rows no commit of this instance announced, e.g. a
     /// crashed instance's (`OUTBOX_POLL_MS`, default 500).
     pub outbox_poll_interval: Duration,
+    /// How long the relay waits after a commit woke it, so that one pass (one transaction, one
+    /// publish) carries the changes of many commits (`OUTBOX_GATHER_MS`, default 10).
+    pub outbox_gather: Duration,
     /// Longest wait for `connection_init` on a WebSocket (`WS_INIT_TIMEOUT_MS`, default 10000).
     pub ws_init_timeout: Duration,
     /// Most operations running at once on one WebSocket (`WS_MAX_SUBSCRIPTIONS`, default 100).
@@ -275,6 +278,12 @@ impl Config {
                 parse(&get, "OUTBOX_POLL_MS", Some(500), "a number of milliseconds")?,
                 10,
                 "OUTBOX_POLL_MS",
+            )?),
+            outbox_gather: Duration::from_millis(parse(
+                &get,
+                "OUTBOX_GATHER_MS",
+                Some(10),
+                "a number of milliseconds",
             )?),
             ws_init_timeout: Duration::from_millis(at_least(
                 parse(&get, "WS_INIT_TIMEOUT_MS", Some(10_000), "a number of milliseconds")?,

@@ -75,6 +75,7 @@ impl Application {
                 redis_prefix: config.redis_prefix.clone(),
                 redis_timeout: Duration::from_secs(2),
                 poll_interval: config.outbox_poll_interval,
+                gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
                 notifier: Arc::new(LoggingNotifier),
                 // Other instances' commits reach the rendered answers through the bus.

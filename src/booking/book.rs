@@ -51,7 +51,7 @@ struct Parsed<'a> {
 
 impl BookingService {
     /// Books a seat for a patient.
-    #[tracing::instrument(skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
     pub async fn book(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
         let outcome = self.book_guarded(caller, req).await;
         metrics::counter!("booking_attempts_total", "outcome" => outcome_label(&outcome)).increment(1);

@@ -21,7 +21,7 @@ pub struct Cancelled {
 
 impl BookingService {
     /// Cancels an appointment the caller may see.
-    #[tracing::instrument(skip_all, fields(caller = %caller.scope(), appointment = %raw_id))]
+    #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %raw_id))]
     pub async fn cancel(&self, caller: &Caller, raw_id: &str) -> Outcome<Cancelled> {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));

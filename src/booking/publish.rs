@@ -85,7 +85,7 @@ impl BookingService {
     }
 
     /// Creates a day's slots; existing `(doctor, start)` slots are kept and counted.
-    #[tracing::instrument(skip_all, fields(doctor = %req.doctor_id, date = %req.date))]
+    #[tracing::instrument(level = "debug", skip_all, fields(doctor = %req.doctor_id, date = %req.date))]
     pub async fn publish_schedule(&self, caller: &Caller, req: PublishRequest) -> Result<Published, ServiceError> {
         let doctor_id =
             parse_id("doctorId", &req.doctor_id).map_err(|m| ServiceError::invalid(&["input", "doctorId"], m))?;

@@ -160,6 +160,19 @@ impl Db {
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
     }
 
+    /// The PostgreSQL pool beneath sea-orm, for statements that need sqlx itself.
+    pub(crate) fn pg_pool(&self) -> Result<&sqlx::PgPool, StoreError> {
+        match self.backend() {
+            DbBackend::Postgres => Ok(self.conn.get_postgres_connection_pool()),
+            _ => Err(StoreError::Inconsistent("a PostgreSQL statement was sent to another database".into())),
+        }
+    }
+
+    /// Counts and times a statement run through [`Db::pg_pool`].
+    pub(crate) fn counted(&self, elapsed: Duration, failed: bool) {
+        count_statement(&self.statements, elapsed, failed);
+    }
+
     /// Statements run so far through this pool.
     pub fn statements_executed(&self) -> u64 {
         self.statements.load(Ordering::Relaxed)

@@ -119,6 +119,8 @@ pub struct LiveSettings {
     pub redis_timeout: Duration,
     /// How often the relay looks at the outbox when no commit woke it.
     pub poll_interval: Duration,
+    /// How long the relay waits after a commit woke it before its pass.
+    pub gather: Duration,
     /// Subscriptions reading their snapshot from the database at once.
     pub snapshot_concurrency: usize,
     /// Who sends confirmations of committed bookings and cancels.
@@ -169,6 +171,7 @@ impl Live {
             publisher,
             notifier: settings.notifier,
             poll_interval: settings.poll_interval,
+            gather: settings.gather,
         };
         handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
         let reader = stream::SnapshotReader::new(db, settings.snapshot_concurrency);

@@ -10,7 +10,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sea_orm::{DbBackend, TransactionTrait};
+use sea_orm::DbBackend;
 use tokio::sync::{watch, Notify};
 
 use super::{
@@ -23,16 +23,12 @@ use super::{
 use crate::db::{
     entity::outbox as outbox_row,
     outbox::{self, CLAIM_BATCH},
-    Db, StoreError,
+    Db,
 };
 
 /// First and longest wait after a failed pass (Redis or the database down).
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
-/// After a commit rings, the relay waits this long before its pass, so that under load the
-/// changes of many commits are published and deleted in one transaction (each pass is a
-/// commit of its own: at 4,000 bookings/s, passes of a row or two doubled the commits).
-const GATHER: Duration = Duration::from_millis(2);
 
 /// The commit sink of the booking service: wakes the relay right after each commit.
 #[derive(Clone, Debug, Default)]
@@ -81,6 +77,9 @@ pub(super) struct Relay {
     pub(super) publisher: Publisher,
     pub(super) notifier: Arc<dyn Notifier>,
     pub(super) poll_interval: Duration,
+    /// How long a pass waits after a commit rang, so that it carries the changes of the commits
+    /// that follow it closely.
+    pub(super) gather: Duration,
 }
 
 impl Relay {
@@ -100,7 +99,7 @@ impl Relay {
                 }
             };
             tokio::select! {
-                () = sink.wake.notified() => tokio::time::sleep(GATHER).await,
+                () = sink.wake.notified() => tokio::time::sleep(self.gather).await,
                 () = tokio::time::sleep(wait) => {}
                 () = super::stopped(&mut stop) => return,
             }
@@ -115,31 +114,28 @@ impl Relay {
 
     /// Claims, publishes, notifies and prunes one batch; returns how many rows it took.
     async fn pass(&mut self) -> Result<usize, EventsError> {
-        let rows = if self.db.backend() == DbBackend::Postgres {
-            let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
-            let rows = outbox::claim(&tx, CLAIM_BATCH, true).await?;
-            if rows.is_empty() {
-                tx.commit().await.map_err(StoreError::from)?;
+        let taken = if self.db.backend() == DbBackend::Postgres {
+            let Some(claimed) = outbox::claim_pg(&self.db, CLAIM_BATCH).await? else {
                 return Ok(0);
-            }
-            // A failure from here on drops `tx`: the rollback releases the rows for a retry.
-            self.deliver(&rows).await?;
-            outbox::delete(&tx, &ids(&rows)).await?;
-            tx.commit().await.map_err(StoreError::from)?;
-            rows
+            };
+            // A failure from here on drops the claim: the rollback releases the rows for a retry.
+            self.deliver(&claimed.rows).await?;
+            let taken = claimed.rows.len();
+            claimed.release().await?;
+            taken
         } else {
             // SQLite serves one process: no other relay competes for the rows, and holding a
             // read transaction across the publish would only make its upgrade to a write fail.
-            let rows = outbox::claim(self.db.conn(), CLAIM_BATCH, false).await?;
+            let rows = outbox::oldest(self.db.conn(), CLAIM_BATCH).await?;
             if rows.is_empty() {
                 return Ok(0);
             }
             self.deliver(&rows).await?;
             outbox::delete(self.db.conn(), &ids(&rows)).await?;
-            rows
+            rows.len()
         };
-        metrics::counter!("outbox_published_total").increment(rows.len() as u64);
-        Ok(rows.len())
+        metrics::counter!("outbox_published_total").increment(taken as u64);
+        Ok(taken)
     }
 
     /// Publishes the changes, then sends the confirmations.

@@ -65,7 +65,8 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::render))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            tracing::info_span!("http", method = %req.method(), path = %req.uri().path())
+            // Debug level: at info, the `graphql` span (operation, request id) is the request's.
+            tracing::debug_span!("http", method = %req.method(), path = %req.uri().path())
         }))
         .with_state(state)
 }
