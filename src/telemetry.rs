@@ -2,7 +2,7 @@
 //!
 //! Lines are written by a background thread: a request only formats its line. Writing each
 //! line to stdout from the request's own thread was one `write` system call per line, which
-//! showed at thousands of bookings per second (the logging notifier writes one per booking).
+//! showed at thousands of bookings per second, when every booking wrote one.
 //! No line is dropped: when the thread falls far behind, writers wait.
 
 use std::io::IsTerminal;

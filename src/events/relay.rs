@@ -3,10 +3,10 @@
 //!
 //! Every instance runs one. It is woken by its own commits (no polling delay on the hot path)
 //! and polls as a fallback, so rows of a crashed instance, or rows left while Redis was down,
-//! still go out. On PostgreSQL a pass claims rows `FOR UPDATE SKIP LOCKED` inside a
-//! transaction that also deletes them: instances never publish one row at the same time, and
-//! a failed publish rolls back and leaves the rows for the next attempt. Delivery is at least
-//! once; subscribers drop repeats by `version`.
+//! still go out. On PostgreSQL a pass claims and deletes rows (`FOR UPDATE SKIP LOCKED`) in a
+//! transaction it commits only after publishing them: instances never publish one row at the
+//! same time, and a failed publish rolls back and leaves the rows for the next attempt.
+//! Delivery is at least once; subscribers drop repeats by `version`.
 
 use std::{sync::Arc, time::Duration};
 
