@@ -70,20 +70,11 @@ impl BookingService {
         if let Err(retry_after_secs) = allowed {
             return Err(ServiceError::RateLimited { retry_after_secs });
         }
-        match known_full {
-            // On PostgreSQL not through the bulkhead: these reads share the batcher's one
-            // connection, so they cannot take the pool, and the more of them one statement
-            // answers, the less each costs the database.
-            Some(_) if self.db.backend() == DbBackend::Postgres => self.answer_known_full(&parsed, None).await,
-            Some(_) => {
-                let entered = self.enter_bulkhead().await?;
-                self.answer_known_full(&parsed, Some(entered)).await
-            }
-            None => {
-                let entered = self.enter_bulkhead().await?;
-                self.book_in_db(&parsed, entered).await
-            }
+        if known_full.is_some() {
+            return self.answer_known_full(&parsed).await;
         }
+        let entered = self.enter_bulkhead().await?;
+        self.book_in_db(&parsed, entered).await
     }
 
     /// A slot seen full: no transaction and no lock, but one read (coalesced with concurrent
@@ -91,7 +82,14 @@ impl BookingService {
     /// patient's own seat) and of the slot itself. The mark is only a hint: a slot that has a
     /// seat after all (a cancel whose clearing of the mark was lost while Redis was away) is
     /// booked through the database as usual, so the mark can never refuse a free seat.
-    async fn answer_known_full(&self, p: &Parsed<'_>, entered: Option<Entered>) -> Outcome<Booked> {
+    async fn answer_known_full(&self, p: &Parsed<'_>) -> Outcome<Booked> {
+        // On PostgreSQL the read is not held behind the bulkhead: it shares the batcher's one
+        // connection, so it cannot take the pool, and the more of them one statement answers,
+        // the less each costs the database. Elsewhere it reads through the pool.
+        let entered = match self.db.backend() {
+            DbBackend::Postgres => None,
+            _ => Some(self.enter_bulkhead().await?),
+        };
         let (by_key, holds_seat, slot) = self.key_seat_slot(p).await?;
         if let Some(existing) = by_key {
             return Ok(replay_of(p, existing));

@@ -148,23 +148,21 @@ impl Db {
         &self,
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
-        if self.backend() != DbBackend::Postgres {
-            return Err(DbErr::Custom("a PostgreSQL statement was sent to another database".into()));
-        }
+        let pool = self.pg_pool()?;
         let started = std::time::Instant::now();
         let result = match &self.hot {
             Some(hot) => hot.fetch_all(query).await,
-            None => query.fetch_all(self.conn.get_postgres_connection_pool()).await,
+            None => query.fetch_all(pool).await,
         };
         count_statement(&self.statements, started.elapsed(), result.is_err());
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
     }
 
     /// The PostgreSQL pool beneath sea-orm, for statements that need sqlx itself.
-    pub(crate) fn pg_pool(&self) -> Result<&sqlx::PgPool, StoreError> {
+    pub(crate) fn pg_pool(&self) -> Result<&sqlx::PgPool, DbErr> {
         match self.backend() {
             DbBackend::Postgres => Ok(self.conn.get_postgres_connection_pool()),
-            _ => Err(StoreError::Inconsistent("a PostgreSQL statement was sent to another database".into())),
+            _ => Err(DbErr::Custom("a PostgreSQL statement was sent to another database".into())),
         }
     }
 

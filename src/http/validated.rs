@@ -9,9 +9,9 @@
 //!
 //! So a request's *shape* is its query text, operation name and, per declared variable, the
 //! kind of its value (or the number itself); the shapes that passed are kept with the parsed
-//! document (`query_cache`), which stands for the text. Once a shape passed the full validation, later
-//! requests of that shape run on a schema in async-graphql's fast validation mode, which still
-//! enforces the depth and complexity limits. Operations with variables of other types (custom
+//! document (`query_cache`), which stands for the text. Once a shape passed the full
+//! validation, later requests of that shape run on a schema in async-graphql's fast validation
+//! mode, which still enforces the depth and complexity limits. Operations with variables of other types (custom
 //! scalars such as `Date`, enums, input objects, lists) are always validated in full, and a
 //! shape is only remembered after a pass, so no request is ever accepted that the full
 //! validation would refuse.
@@ -40,15 +40,19 @@ pub(super) fn shape(name: Option<&str>, op: &OperationDefinition, variables: &Va
         if !BUILT_IN.contains(&ty.as_str()) {
             return None;
         }
-        let kind = match variables.get(def.node.name.node.as_str()) {
-            None => "-".to_owned(),
-            Some(Value::Null) => "null".to_owned(),
-            Some(Value::String(_)) => "string".to_owned(),
-            Some(Value::Boolean(_)) => "bool".to_owned(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(_) => "other".to_owned(),
+        let name = def.node.name.node.as_str();
+        let kind = match variables.get(name) {
+            None => "-",
+            Some(Value::Null) => "null",
+            Some(Value::String(_)) => "string",
+            Some(Value::Boolean(_)) => "bool",
+            Some(Value::Number(n)) => {
+                let _ = write!(shape, "{name}={n};");
+                continue;
+            }
+            Some(_) => "other",
         };
-        let _ = write!(shape, "{}={kind};", def.node.name.node);
+        let _ = write!(shape, "{name}={kind};");
     }
     Some(shape)
 }

@@ -130,8 +130,8 @@ async fn known_full_answers_without_the_transaction_keeps_replays_and_clears_on_
     let first = app.book(&patient(1), &slot, "k1", None).await;
     let id = first["appointment"]["id"].as_str().expect("booked").to_owned();
     assert_eq!(user_error(&app.book(&patient(2), &slot, "k", None).await), Some("SLOT_FULL"));
-    // Let the outbox relay publish the first booking (it gathers commits for 2 ms), so its
-    // claim and delete do not fall into the count below.
+    // Let the outbox relay publish the first booking (it gathers commits for
+    // `OUTBOX_GATHER_MS`, 10 ms by default), so its claim does not fall into the count below.
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
     let before = app.statements();
