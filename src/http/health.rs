@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use serde_json::json;
 
-use super::AppState;
+use super::Shared;
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -16,7 +16,7 @@ pub(super) async fn healthz() -> impl IntoResponse {
 
 /// 503 when the database does not answer; 200 `degraded` when only Redis is down, because
 /// bookings never depend on Redis.
-pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn readyz(State(state): Shared) -> impl IntoResponse {
     let db = matches!(tokio::time::timeout(CHECK_TIMEOUT, state.service.db().ping()).await, Ok(Ok(())));
     let redis = match &state.redis {
         None => "not configured",

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use axum::{extract::State, http::header, response::IntoResponse};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::AppState;
+use super::Shared;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -35,7 +35,7 @@ pub fn install_recorder() -> PrometheusHandle {
 }
 
 /// Renders every metric, refreshing the pool gauges first.
-pub(super) async fn render(State(state): State<AppState>) -> impl IntoResponse {
+pub(super) async fn render(State(state): Shared) -> impl IntoResponse {
     let (size, idle) = state.service.db().pool_state();
     metrics::gauge!("db_pool_connections").set(f64::from(size));
     metrics::gauge!("db_pool_in_use").set(f64::from(size) - idle as f64);

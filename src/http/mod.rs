@@ -10,6 +10,7 @@ mod ws;
 use std::sync::Arc;
 
 use axum::{
+    extract::State,
     http::{header, StatusCode},
     response::{IntoResponse, Response},
 };
@@ -24,7 +25,6 @@ use crate::{auth::TokenIssuer, booking::BookingService, graphql::AppSchema};
 pub use self::metrics::install_recorder;
 
 /// Everything a handler needs, shared by all requests of an instance.
-#[derive(Clone)]
 pub struct AppState {
     /// The GraphQL schema (with the booking service in its data).
     pub schema: AppSchema,
@@ -55,6 +55,10 @@ pub struct HttpLimits {
     pub ws_max_subscriptions: usize,
 }
 
+/// The state as handlers receive it: axum clones the state for every request, and one
+/// reference count costs less than one per field.
+type Shared = State<Arc<AppState>>;
+
 /// The service's routes.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -68,7 +72,7 @@ pub fn router(state: AppState) -> Router {
             // Debug level: at info, the `graphql` span (operation, request id) is the request's.
             tracing::debug_span!("http", method = %req.method(), path = %req.uri().path())
         }))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// A panic is a bug: log it and answer `INTERNAL` like any other internal failure.

@@ -46,7 +46,7 @@ use axum::{
 use futures_util::{task::AtomicWaker, SinkExt, StreamExt};
 use serde_json::json;
 
-use super::AppState;
+use super::{AppState, Shared};
 use crate::{auth::Principal, graphql::RequestContext};
 
 /// Close codes of the graphql-ws protocol (and one of RFC 6455).
@@ -73,7 +73,7 @@ const READ_BUFFER: usize = 4 * 1024;
 const REPLY_QUEUE: usize = 64;
 
 /// Upgrades the connection and serves GraphQL operations on it.
-pub(super) async fn upgrade(State(state): State<AppState>, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+pub(super) async fn upgrade(State(state): Shared, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
     let Some(protocol) = negotiate(&headers) else {
         return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
     };
@@ -254,7 +254,7 @@ impl<S: futures_util::Stream + Unpin> futures_util::Stream for Gated<S> {
 }
 
 /// Serves one connection until either side closes it or the instance stops.
-async fn serve(socket: WebSocket, state: AppState, protocol: WebSocketProtocols) {
+async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProtocols) {
     let _open = OpenConnection::new();
     let limits = state.limits;
     let conn = Arc::new(Mutex::new(Conn::default()));
