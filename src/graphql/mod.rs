@@ -2,6 +2,7 @@
 
 pub mod answers;
 pub mod context;
+pub mod direct;
 pub mod error;
 pub mod loaders;
 mod mutation;

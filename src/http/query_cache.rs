@@ -10,6 +10,8 @@ use std::{
 
 use async_graphql::parser::{parse_query, types::ExecutableDocument};
 
+use crate::graphql::direct::BookPlan;
+
 /// Documents kept; once full, new ones are parsed per request and not kept (a flood of
 /// distinct documents costs what it cost before, no more).
 const MAX_ENTRIES: usize = 512;
@@ -24,12 +26,20 @@ pub(super) struct Document {
     pub(super) doc: ExecutableDocument,
     /// Shapes of requests with this document that passed the full validation.
     shapes: RwLock<HashSet<String>>,
+    /// The document as a booking the direct path answers, if it is one (compiled on first use).
+    book_plan: OnceLock<Option<BookPlan>>,
 }
 
 impl Document {
     /// Whether a request of this shape passed validation before.
     pub(super) fn passed(&self, shape: &str) -> bool {
         self.shapes.read().unwrap_or_else(PoisonError::into_inner).contains(shape)
+    }
+
+    /// The document's plan for the direct booking path ([`BookPlan`]), if it has one. Only
+    /// for requests of a shape that [`Document::passed`]: the plan trusts the validation.
+    pub(super) fn book_plan(&self) -> Option<&BookPlan> {
+        self.book_plan.get_or_init(|| BookPlan::compile(&self.doc)).as_ref()
     }
 
     /// Remembers that a request of this shape passed validation.
@@ -52,7 +62,8 @@ pub(super) fn document(query: &str) -> Option<Arc<Document>> {
     if let Some(found) = cache().read().unwrap_or_else(PoisonError::into_inner).get(query) {
         return Some(Arc::clone(found));
     }
-    let document = Arc::new(Document { doc: parse_query(query).ok()?, shapes: RwLock::default() });
+    let document =
+        Arc::new(Document { doc: parse_query(query).ok()?, shapes: RwLock::default(), book_plan: OnceLock::new() });
     if query.len() <= MAX_QUERY_BYTES {
         let mut map = cache().write().unwrap_or_else(PoisonError::into_inner);
         if map.len() < MAX_ENTRIES {

@@ -6,6 +6,7 @@
 
 mod booking;
 mod burst;
+mod direct;
 mod helpers;
 mod http;
 mod queries;
