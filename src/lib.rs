@@ -9,7 +9,8 @@
 //! - [`config`] — every environment setting, parsed and validated at start-up.
 //! - [`startup`] — [`startup::Application::build`] wires the layers and binds the port.
 //! - [`http`] — the router; GraphQL over HTTP and WebSocket, health, readiness, metrics.
-//! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders.
+//! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders,
+//!   and the direct path that answers plain booking documents without the executor.
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
 //! - [`auth`] — bearer tokens and roles.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).

@@ -5,12 +5,12 @@
 //!
 //! 1. a booking or cancel writes an outbox row in its own transaction and, after the commit,
 //!    rings the [`RelaySink`] (the booking service's [`CommitSink`]);
-//! 2. the [`relay`] of that instance (or any instance's, polling) claims the row, publishes it
+//! 2. the `relay` of that instance (or any instance's, polling) claims the row, publishes it
 //!    (Redis `PUBLISH {prefix}:slots`, or straight to the bus without Redis), calls the
 //!    [`Notifier`] and deletes the row;
-//! 3. each instance's single Redis subscriber ([`pubsub`]) hands it to the in-process bus
-//!    ([`bus`]: one broadcast topic per doctor);
-//! 4. each subscription ([`stream`]) filters by its doctor and date, coalesces what its client
+//! 3. each instance's single Redis subscriber (`pubsub`) hands it to the in-process bus
+//!    (`bus`: one broadcast topic per doctor);
+//! 4. each subscription (`stream`) filters by its doctor and date, coalesces what its client
 //!    has not read yet to the latest state per slot, and never sends a version it already sent.
 
 mod backoff;
