@@ -45,8 +45,9 @@ pub struct BookPlan {
     slot_id: Source,
     /// Where `input.idempotencyKey` comes from.
     idempotency_key: Source,
-    /// Where `input.patientId` comes from, when the document passes it.
-    patient_id: Option<Source>,
+    /// Where `input.patientId` comes from ([`Source::Null`] when the document leaves it out,
+    /// which the executor reads the same way).
+    patient_id: Source,
     /// The payload's selection, in order.
     payload: Vec<(Name, PayloadField)>,
 }
@@ -134,10 +135,7 @@ impl BookPlan {
                 _ => None,
             }
         };
-        let patient_id = match input.get("patientId") {
-            None => None,
-            Some(_) => Some(source("patientId")?),
-        };
+        let patient_id = if input.contains_key("patientId") { source("patientId")? } else { Source::Null };
         let mut payload = Vec::new();
         for (key, field) in selected(&f.selection_set.node)? {
             let part = match field.name.node.as_str() {
@@ -176,10 +174,7 @@ impl BookPlan {
         Some(BookRequest {
             slot_id: value(&self.slot_id)??,
             idempotency_key: value(&self.idempotency_key)??,
-            patient_id: match &self.patient_id {
-                None => None,
-                Some(source) => value(source)?,
-            },
+            patient_id: value(&self.patient_id)?,
         })
     }
 

@@ -21,9 +21,7 @@ use tracing::Instrument;
 use super::{query_cache, validated, AppState, Shared};
 use crate::{
     auth::Principal,
-    graphql::{
-        answers::made_of_slot_lists, chosen_operation, context::AnswerStamps, error::code, Loaders, RequestContext,
-    },
+    graphql::{answers::made_of_slot_lists, chosen_operation, error::code, Loaders, RequestContext},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -245,8 +243,8 @@ async fn execute(
     for mut request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
         let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
-        // The slot lists an answer is made of, noted by the resolvers (the direct path has none).
-        let stamps = AnswerStamps::default();
+        // The slot lists an answer is made of, noted by the executor's resolvers.
+        let mut stamps = None;
         let document = query_cache::document(&request.query);
         let name = request.operation_name.as_deref();
         let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
@@ -267,8 +265,8 @@ async fn execute(
                 request.set_parsed_query(d.doc.clone());
             }
             let schema = if prevalidated { &state.prevalidated } else { &state.schema };
-            let ctx =
-                RequestContext { principal: principal.clone(), request_id: request_id.clone(), stamps: stamps.clone() };
+            let ctx = RequestContext::new(principal.clone(), request_id.clone());
+            stamps = Some(ctx.stamps.clone());
             let request = request.data(ctx).data(Loaders::new(state.service.db()));
             schema.execute(request).instrument(span).await
         };
@@ -289,7 +287,7 @@ async fn execute(
             }
         }
         if keepable && rendered.outcome == "ok" && !rendered.request_error {
-            keep = Some((stamps.take(), operation));
+            keep = Some((stamps.map(|s| s.take()).unwrap_or_default(), operation));
         }
         bodies.push(rendered.body);
     }
@@ -436,20 +434,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_body_read_directly_is_the_request_the_general_way_makes() {
+    fn a_body_read_directly_is_the_request_the_general_way_makes() -> Result<(), String> {
         for body in [
             r#"{"query":"{a}"}"#,
             r#"{"query":"query Q($s:ID!){a(s:$s)}","variables":{"s":"1","n":[1,-2,2.5,{"x":null}],"b":true},"operationName":"Q"}"#,
             r#"{"query":"{a}","variables":null,"operationName":null,"extensions":{"persistedQuery":{}}}"#,
             r#"{"query":"{a}","unknown":1,"extensions":null}"#,
         ] {
-            let direct =
-                serde_json::from_slice::<WireOperation>(body.as_bytes()).expect("read directly").into_request();
-            let general = graphql_request(serde_json::from_str(body).expect("JSON")).expect("accepted the general way");
+            let direct = serde_json::from_slice::<WireOperation>(body.as_bytes()).map_err(|e| e.to_string())?;
+            let direct = direct.into_request();
+            let general = graphql_request(serde_json::from_str(body).map_err(|e| e.to_string())?)?;
             assert_eq!(direct.query, general.query, "{body}");
             assert_eq!(direct.variables, general.variables, "{body}");
             assert_eq!(direct.operation_name, general.operation_name, "{body}");
         }
+        Ok(())
     }
 
     #[test]

@@ -11,10 +11,10 @@
 //! kind of its value (or the number itself); the shapes that passed are kept with the parsed
 //! document (`query_cache`), which stands for the text. Once a shape passed the full
 //! validation, later requests of that shape run on a schema in async-graphql's fast validation
-//! mode, which still enforces the depth and complexity limits. Operations with variables of other types (custom
-//! scalars such as `Date`, enums, input objects, lists) are always validated in full, and a
-//! shape is only remembered after a pass, so no request is ever accepted that the full
-//! validation would refuse.
+//! mode, which still enforces the depth and complexity limits. Operations with variables of
+//! other types (custom scalars such as `Date`, enums, input objects, lists) are always
+//! validated in full, and a shape is only remembered after a pass, so no request is ever
+//! accepted that the full validation would refuse.
 
 use std::fmt::Write;
 
