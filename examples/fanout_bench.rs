@@ -125,7 +125,7 @@ impl Drop for Server {
 fn token(role: &str, sub: &str) -> anyhow::Result<String> {
     let claims =
         Claims { sub: sub.into(), role: role.into(), exp: chrono::Utc::now().timestamp() + 3600, doctor_id: None };
-    Ok(TokenIssuer::new(&Secret::new(SECRET)).issue(&claims)?)
+    Ok(TokenIssuer::new(&Secret::new(SECRET))?.issue(&claims)?)
 }
 
 async fn gql(client: &reqwest::Client, base: &str, token: &str, query: &str, vars: Value) -> anyhow::Result<Value> {

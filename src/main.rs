@@ -102,7 +102,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 exp: chrono::Utc::now().timestamp() + ttl_hours * 3600,
                 doctor_id,
             };
-            println!("{}", TokenIssuer::new(&secret).issue(&claims)?);
+            println!("{}", TokenIssuer::new(&secret)?.issue(&claims)?);
         }
         Command::PrintSchema => print!("{}", clinic_booking::graphql::sdl()),
     }

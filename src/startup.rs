@@ -28,6 +28,9 @@ pub enum StartupError {
     /// Redis URL unusable.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The signing secret is unusable.
+    #[error("JWT_SECRET: {0}")]
+    Tokens(#[from] crate::auth::TokenError),
 }
 
 /// A built instance, bound to its port, not yet serving.
@@ -91,7 +94,7 @@ impl Application {
             prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
             schema,
             service,
-            tokens: Arc::new(TokenIssuer::new(&secret)),
+            tokens: Arc::new(TokenIssuer::new(&secret)?),
             limits: HttpLimits {
                 max_body_bytes: config.max_body_bytes,
                 max_batch: config.max_batch_operations,

@@ -202,7 +202,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         &std::fs::read(&args.seed).with_context(|| format!("reading {} (run `seed` first)", args.seed.display()))?,
     )?;
     anyhow::ensure!(!manifest.doctors.is_empty() && !manifest.dates.is_empty(), "the manifest is empty");
-    let issuer = TokenIssuer::new(&Secret::new(args.secret.clone()));
+    let issuer = TokenIssuer::new(&Secret::new(args.secret.clone()))?;
     let admin = mint(&issuer, "900000001", "admin")?;
     let partner = mint(&issuer, "900000002", "partner")?;
     let client = reqwest::Client::builder()

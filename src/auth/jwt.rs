@@ -66,18 +66,18 @@ pub struct TokenIssuer {
 }
 
 impl TokenIssuer {
-    /// An issuer for `secret`.
-    pub fn new(secret: &Secret) -> Self {
+    /// An issuer for `secret` (refused only when it is empty).
+    pub fn new(secret: &Secret) -> Result<Self, TokenError> {
         // Only HS256: a token with `alg: none` or any other algorithm is refused outright.
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_required_spec_claims(&["exp", "sub"]);
         validation.leeway = 0;
-        Self {
-            encoding: EncodingKey::from_secret(secret.expose()),
-            decoding: DecodingKey::from_secret(secret.expose()),
+        Ok(Self {
+            encoding: EncodingKey::from_secret(secret.expose())?,
+            decoding: DecodingKey::from_secret(secret.expose())?,
             validation,
             verified: Arc::default(),
-        }
+        })
     }
 
     /// Verifies a token and turns its claims into a [`Caller`].
@@ -144,7 +144,7 @@ mod tests {
     use super::*;
 
     fn issuer() -> TokenIssuer {
-        TokenIssuer::new(&Secret::new("0123456789abcdef0123456789abcdef"))
+        TokenIssuer::new(&Secret::new("0123456789abcdef0123456789abcdef")).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn claims(role: &str, sub: &str, exp_in: i64) -> Claims {
@@ -168,7 +168,7 @@ mod tests {
         assert!(i.verify(&i.issue(&claims("root", "1", 60))?).is_err());
         assert!(i.verify(&i.issue(&claims("patient", "abc", 60))?).is_err());
         assert!(i.verify(&i.issue(&claims("doctor", "d", 60))?).is_err());
-        let other = TokenIssuer::new(&Secret::new("another-secret-of-enough-length"));
+        let other = TokenIssuer::new(&Secret::new("another-secret-of-enough-length"))?;
         assert!(i.verify(&other.issue(&claims("admin", "1", 60))?).is_err());
         Ok(())
     }

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use migration::{UQ_APPOINTMENT_ACTIVE_PATIENT, UQ_APPOINTMENT_CALLER_KEY};
 use sea_orm::{
-    sea_query::{Expr, Query},
+    sea_query::{Expr, ExprTrait, Query},
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect,

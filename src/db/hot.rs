@@ -1,8 +1,8 @@
 //! Dedicated PostgreSQL connections for the hottest single statements: the booking statement
 //! and the coalesced reads. Bookings thereby never take a connection from the main pool that
-//! reads use, and a connection goes back without the ping sqlx 0.8's pool sends on every return.
+//! reads use, and a connection goes back without the ping sqlx's pool sends on every return.
 //!
-//! That ping (`PoolConnection::return_to_pool`, unconditional in 0.8) is a round trip per
+//! That ping (`PoolConnection::return_to_pool`, unconditional in sqlx 0.8 and 0.9) is a round trip per
 //! statement for both sides: about a twelfth of the server's CPU on the booking success path,
 //! plus the database's share. sqlx pings because a statement whose future was dropped midway
 //! may leave its connection mid-conversation; here such a connection is closed instead of being

@@ -21,7 +21,7 @@ use std::{
 };
 
 use migration::MigratorTrait;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, SqlxPostgresConnector, SqlxSqliteConnector};
+use sea_orm::{DatabaseConnection, DbBackend, DbErr, SqlxPostgresConnector, SqlxSqliteConnector};
 use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
@@ -155,7 +155,7 @@ impl Db {
             None => query.fetch_all(pool).await,
         };
         count_statement(&self.statements, started.elapsed(), result.is_err());
-        result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
+        result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
     }
 
     /// The PostgreSQL pool beneath sea-orm, for statements that need sqlx itself.
@@ -187,7 +187,7 @@ impl Db {
                 let pool = self.conn.get_sqlite_connection_pool();
                 (pool.size(), pool.num_idle())
             }
-            DbBackend::MySql => (0, 0),
+            _ => (0, 0),
         }
     }
 

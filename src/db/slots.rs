@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::{
-    sea_query::{Expr, OnConflict},
+    sea_query::{Expr, ExprTrait},
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
 };
@@ -61,7 +61,7 @@ pub async fn available(
 ) -> Result<Vec<time_slot::Model>, StoreError> {
     Ok(time_slot::Entity::find()
         .filter(time_slot::Column::DoctorId.eq(range.doctor_id))
-        .filter(time_slot::Column::StartAt.gte(range.from.max(now)))
+        .filter(time_slot::Column::StartAt.gte(Ord::max(range.from, now)))
         .filter(time_slot::Column::StartAt.lt(range.to))
         .filter(time_slot::Column::StartAt.gt(now))
         .filter(Expr::col(time_slot::Column::BookedCount).lt(Expr::col(time_slot::Column::Capacity)))
@@ -99,10 +99,7 @@ pub async fn insert_skipping_existing(
             ..Default::default()
         });
         let result = time_slot::Entity::insert_many(rows)
-            .on_conflict(
-                OnConflict::columns([time_slot::Column::DoctorId, time_slot::Column::StartAt]).do_nothing().to_owned(),
-            )
-            .do_nothing()
+            .on_conflict_do_nothing_on([time_slot::Column::DoctorId, time_slot::Column::StartAt])
             .exec_without_returning(conn)
             .await?;
         if let sea_orm::TryInsertResult::Inserted(n) = result {

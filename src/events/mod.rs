@@ -162,7 +162,7 @@ impl Live {
                     bus.clone(),
                     stopping.clone(),
                 )));
-                relay::Publisher::Redis(pubsub::RedisPublisher::new(client, channel, settings.redis_timeout))
+                relay::Publisher::Redis(Box::new(pubsub::RedisPublisher::new(client, channel, settings.redis_timeout)))
             }
             None => relay::Publisher::Local(bus.clone()),
         };

@@ -53,8 +53,8 @@ impl RedisPublisher {
             Some(conn) => conn,
             None => {
                 let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(self.timeout)
-                    .set_response_timeout(self.timeout);
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
                 self.conn.insert(self.client.get_multiplexed_async_connection_with_config(&config).await?)
             }
         };

@@ -56,7 +56,7 @@ pub(super) enum Publisher {
     /// Straight to this instance's bus (no Redis: a single process).
     Local(Bus),
     /// To Redis, whence every instance's subscriber picks them up.
-    Redis(RedisPublisher),
+    Redis(Box<RedisPublisher>),
 }
 
 impl Publisher {

@@ -81,10 +81,10 @@ impl RedisLink {
         // Connection attempts get more time than one operation: a cold TCP connect plus HELLO.
         let connect_timeout = self.inner.timeout.max(Duration::from_millis(500));
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(connect_timeout)
-            .set_response_timeout(self.inner.timeout)
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(self.inner.timeout))
             .set_number_of_retries(2)
-            .set_max_delay(1000);
+            .set_max_delay(Duration::from_secs(1));
         loop {
             match tokio::time::timeout(
                 connect_timeout * 4,

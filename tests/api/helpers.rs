@@ -106,7 +106,10 @@ impl TestDatabase {
                 use sqlx::Connection;
                 let name = format!("cbt_{id}");
                 let mut conn = sqlx::PgConnection::connect(&server_url).await.expect("connect to DATABASE_URL");
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create database");
                 let _ = conn.close().await;
                 let url = replace_db_name(&server_url, &name);
                 Self { url, redis_url, redis_prefix, _dir: dir, drop_pg: Some((server_url, name)) }
@@ -143,9 +146,10 @@ impl Drop for TestDatabase {
                 rt.block_on(async {
                     use sqlx::Connection;
                     if let Ok(mut conn) = sqlx::PgConnection::connect(&server).await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                            .execute(&mut conn)
-                            .await;
+                        let _ =
+                            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                                .execute(&mut conn)
+                                .await;
                     }
                 });
             })
@@ -315,7 +319,7 @@ impl TestApp {
                    (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status = 'BOOKED')";
         let conn = self.db.conn();
         let row = conn
-            .query_one(Statement::from_string(conn.get_database_backend(), sql))
+            .query_one_raw(Statement::from_string(conn.get_database_backend(), sql))
             .await
             .expect("consistency query")
             .expect("a row");
@@ -344,7 +348,7 @@ fn token(role: &str, sub: &str, doctor_id: Option<&str>, exp_in: i64) -> String 
         exp: chrono::Utc::now().timestamp() + exp_in,
         doctor_id: doctor_id.map(str::to_owned),
     };
-    TokenIssuer::new(&Secret::new(SECRET)).issue(&claims).expect("token")
+    TokenIssuer::new(&Secret::new(SECRET)).expect("issuer").issue(&claims).expect("token")
 }
 
 /// An admin token.

@@ -42,7 +42,10 @@ async fn invalid_tokens_are_refused_on_every_operation() {
         use clinic_booking::auth::{Claims, TokenIssuer};
         let claims =
             Claims { sub: "1".into(), role: "admin".into(), exp: chrono::Utc::now().timestamp() + 60, doctor_id: None };
-        TokenIssuer::new(&clinic_booking::config::Secret::new("some-other-secret-of-length")).issue(&claims).unwrap()
+        TokenIssuer::new(&clinic_booking::config::Secret::new("some-other-secret-of-length"))
+            .unwrap()
+            .issue(&claims)
+            .unwrap()
     };
     let alg_none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJzdWIiOiIxIiwicm9sZSI6ImFkbWluIiwiZXhwIjo0MTAyNDQ0ODAwfQ.";
     for token in [expired_admin(), forged, alg_none.to_owned(), "not-a-jwt".to_owned()] {
