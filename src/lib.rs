@@ -35,5 +35,6 @@ pub mod events;
 pub mod graphql;
 pub mod guard;
 pub mod http;
+pub mod model;
 pub mod startup;
 pub mod telemetry;

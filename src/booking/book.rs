@@ -16,8 +16,8 @@ use crate::{
         entity::{appointment, time_slot},
         micros, outbox, slots, StoreError,
     },
-    events::SlotChange,
     guard::Entered,
+    model::{AppointmentStatus, SlotChange},
 };
 
 /// A booking request as the caller sent it (values not yet parsed).
@@ -130,9 +130,13 @@ impl BookingService {
             };
             return Ok(batcher.ask(lookup).await?);
         }
-        let (by_key, holds_seat) =
-            appointments::key_or_seat(self.db.conn(), &p.scope, p.key, p.slot_id, p.patient_id).await?;
-        Ok((by_key, holds_seat, slots::find(self.db.conn(), p.slot_id).await?))
+        let Some(slot) = slots::find(self.db.conn(), p.slot_id).await? else {
+            let by_key = appointments::find_by_key(self.db.conn(), &p.scope, p.key).await?;
+            return Ok((by_key, false, None));
+        };
+        let (by_key, conflicts) =
+            appointments::key_or_seat(self.db.conn(), &p.scope, p.key, &slot, p.patient_id).await?;
+        Ok((by_key, conflicts.holds_seat, Some(slot)))
     }
 
     /// The booking itself. There is no lookup of the key first: a retry of a success meets the
@@ -142,17 +146,20 @@ impl BookingService {
     async fn book_in_db(&self, parsed: &Parsed<'_>, entered: Entered) -> Outcome<Booked> {
         let now = micros(Utc::now());
         let new = NewAppointment {
-            slot_id: parsed.slot_id,
+            status: AppointmentStatus::Booked,
             patient_id: parsed.patient_id,
             booked_by: &parsed.scope,
             idempotency_key: parsed.key,
             request_hash: &parsed.fingerprint,
             created_at: now,
+            expires_at: None,
+            rescheduled_from: None,
+            first_booked_by: None,
         };
         let taken = if self.db.backend() == DbBackend::Postgres {
-            book_pg::book(&self.db, new).await
+            book_pg::book(&self.db, parsed.slot_id, &new).await
         } else {
-            self.book_in_transaction(new, now).await
+            self.book_in_transaction(parsed.slot_id, &new, now).await
         };
         let (slot, appointment) = match taken {
             Ok(Some(done)) => done,
@@ -172,10 +179,15 @@ impl BookingService {
                 }
                 return Ok(Err(refusal_for(&slot, now, holds_seat)));
             }
-            // A retry of the booking that holds the seat breaks both unique indexes, and the
-            // database may name either: the key decides.
-            Err(InsertError::AlreadyBooked) => {
-                return Ok(self.replay(parsed).await?.unwrap_or_else(|| Err(already_booked())))
+            // A retry of the booking that holds the seat breaks the unique indexes and the
+            // overlap rule, and the database may name any of them: the key decides, then the
+            // patient's appointments say which refusal comes first.
+            Err(InsertError::AlreadyBooked | InsertError::Overlapping) => {
+                if let Some(answer) = self.replay(parsed).await? {
+                    return Ok(answer);
+                }
+                let (_, holds_seat, _) = self.key_seat_slot(parsed).await?;
+                return Ok(Err(if holds_seat { already_booked() } else { overlapping() }));
             }
             Err(InsertError::KeyTaken) => {
                 return match self.replay(parsed).await? {
@@ -187,7 +199,7 @@ impl BookingService {
         };
         // What follows the commit needs no connection: give the bulkhead place back first.
         drop(entered);
-        self.sink.committed(SlotChange::from_slot(&slot));
+        self.sink.committed(SlotChange::from(&slot));
         self.slot_changed(&slot).await;
         if slot.booked_count >= slot.capacity {
             self.guard.known_full.mark_full(&slot).await;
@@ -199,22 +211,23 @@ impl BookingService {
     /// update took no seat; on a refused insert the rollback gives the seat back.
     async fn book_in_transaction(
         &self,
-        new: NewAppointment<'_>,
+        slot_id: i64,
+        new: &NewAppointment<'_>,
         now: chrono::DateTime<Utc>,
     ) -> Result<Option<(time_slot::Model, appointment::Model)>, InsertError> {
         let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
-        let Some(slot) = slots::take_seat(&tx, new.slot_id, now).await? else {
+        let Some(slot) = slots::take_seat(&tx, slot_id, now).await? else {
             tx.rollback().await.map_err(StoreError::from)?;
             return Ok(None);
         };
-        let appointment = match appointments::insert(&tx, new).await {
+        let appointment = match appointments::insert(&tx, new, std::slice::from_ref(&slot)).await {
             Ok(a) => a,
             Err(refused) => {
                 tx.rollback().await.map_err(StoreError::from)?;
                 return Err(refused);
             }
         };
-        outbox::record(&tx, appointment::BOOKED, appointment.id, &slot, now).await?;
+        outbox::record(&tx, appointment::BOOKED, Some(appointment.id), Some(&slot), now).await?;
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Some((slot, appointment)))
     }
@@ -265,6 +278,10 @@ fn refusal_for(slot: &time_slot::Model, now: chrono::DateTime<Utc>, holds_seat: 
 
 fn already_booked() -> Refusal {
     Refusal::new(RefusalCode::AlreadyBooked, "this patient already holds a booking in this slot")
+}
+
+fn overlapping() -> Refusal {
+    Refusal::new(RefusalCode::OverlappingAppointment, "this patient holds another appointment at this time")
 }
 
 fn slot_not_found() -> Refusal {

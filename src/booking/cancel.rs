@@ -7,7 +7,7 @@ use super::{input::parse_id, read, BookingService, Outcome, Refusal, RefusalCode
 use crate::{
     auth::{Caller, Role},
     db::{appointments, entity::appointment, micros, outbox, slots, StoreError},
-    events::SlotChange,
+    model::{CancelledBy, SlotChange},
 };
 
 /// The answer to a cancel.
@@ -42,16 +42,26 @@ impl BookingService {
         };
         let now = micros(Utc::now());
         let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
-        let Some(cancelled) = appointments::mark_cancelled(&tx, id, now).await? else {
+        let by = if caller.role == Role::Patient {
+            CancelledBy::Patient
+        } else if caller.role == Role::Partner {
+            CancelledBy::Partner
+        } else {
+            CancelledBy::Clinic
+        };
+        let Some(cancelled) = appointments::mark_cancelled(&tx, id, now, by).await? else {
             tx.rollback().await.map_err(StoreError::from)?;
             let current =
                 appointments::find_record(self.db.conn(), id).await?.map_or(record.appointment, |r| r.appointment);
             return Ok(Ok(Cancelled { appointment: current, cancelled: false }));
         };
-        let slot = slots::release_seat(&tx, cancelled.slot_id).await?;
-        outbox::record(&tx, appointment::CANCELLED, cancelled.id, &slot, now).await?;
+        let slot = slots::release_seats(&tx, &[(cancelled.slot_id, 1)])
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Inconsistent("no slot released".into()))?;
+        outbox::record(&tx, appointment::CANCELLED, Some(cancelled.id), Some(&slot), now).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        self.sink.committed(SlotChange::from_slot(&slot));
+        self.sink.committed(SlotChange::from(&slot));
         self.guard.known_full.mark_open(&slot).await;
         self.slot_changed(&slot).await;
         Ok(Ok(Cancelled { appointment: cancelled, cancelled: true }))

@@ -19,6 +19,8 @@ pub enum RefusalCode {
     InvalidInput,
     /// No such appointment, or not one the caller may see.
     AppointmentNotFound,
+    /// The patient holds another active appointment overlapping this one in time.
+    OverlappingAppointment,
 }
 
 impl RefusalCode {
@@ -32,6 +34,7 @@ impl RefusalCode {
             Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Self::InvalidInput => "INVALID_INPUT",
             Self::AppointmentNotFound => "APPOINTMENT_NOT_FOUND",
+            Self::OverlappingAppointment => "OVERLAPPING_APPOINTMENT",
         }
     }
 }

@@ -13,11 +13,13 @@ use std::{future::Future, sync::Arc};
 use chrono::Utc;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::{
-    appointments::{self, KeyOrSeat},
-    entity::{appointment, time_slot},
-    slots::{self, DayRange},
-    Db, StoreError,
+use crate::{
+    db::{
+        appointments::{self, KeyOrSeat},
+        entity::{appointment, time_slot},
+        slots, Db, StoreError,
+    },
+    model::DayRange,
 };
 
 /// Most requests answered by one statement.
@@ -38,7 +40,7 @@ pub(super) type ListBatcher = Batcher<DayRange, Vec<time_slot::Model>>;
 pub(super) fn lookup_batcher(db: Db) -> LookupBatcher {
     Batcher::start("known-full lookup", db, |db, lookups| async move {
         let found = appointments::key_or_seats_pg(&db, &lookups).await?;
-        Ok(found.into_iter().map(|f| (f.by_key, f.holds_seat, f.slot)).collect())
+        Ok(found.into_iter().map(|f| (f.by_key, f.conflicts.holds_seat, f.slot)).collect())
     })
 }
 

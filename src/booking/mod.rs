@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use crate::{
     db::{self, Db},
-    events::CommitSink,
     guard::Guard,
+    model::CommitSink,
 };
 
 /// The booking operations, shared by every request of an instance.

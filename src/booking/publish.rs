@@ -4,7 +4,7 @@ use chrono::{NaiveDate, Utc};
 
 use super::{
     input::{parse_id, parse_local_time, parse_timezone},
-    schedule::{day_bounds, plan_day, PlanError},
+    schedule::{plan_day, PlanError},
     BookingService, ServiceError,
 };
 use crate::{
@@ -14,6 +14,7 @@ use crate::{
         entity::{doctor, time_slot},
         slots,
     },
+    model::day_bounds,
 };
 
 /// Longest doctor name or specialty.

@@ -2,17 +2,17 @@
 
 use chrono::{NaiveDate, Utc};
 
-use super::{input::parse_id, schedule::day_bounds, BookingService, ServiceError};
+use super::{input::parse_id, BookingService, ServiceError};
 use crate::{
     auth::{AppointmentAccess, Caller, Principal, Role},
     db::{
         appointments::{self, AppointmentRecord, Filter},
         doctors,
         entity::{doctor, time_slot},
-        slots::{self, DayRange},
-        StoreError,
+        slots, StoreError,
     },
     guard::Stamp,
+    model::{self, day_bounds, DayRange},
 };
 
 /// Most appointments `myAppointments` returns (newest first).
@@ -55,10 +55,7 @@ pub fn parse_arg_id(field: &str, raw: &str) -> Result<i64, ServiceError> {
 
 /// A doctor's day in UTC, by the doctor's zone.
 pub fn doctor_day(doctor: &doctor::Model, date: NaiveDate) -> Result<DayRange, ServiceError> {
-    let tz = super::input::parse_timezone(&doctor.timezone)
-        .map_err(|m| StoreError::Inconsistent(format!("doctor {}: {m}", doctor.id)))?;
-    let (from, to) = day_bounds(tz, date);
-    Ok(DayRange { doctor_id: doctor.id, from, to })
+    Ok(model::doctor_day(doctor.id, &doctor.timezone, date).map_err(StoreError::Inconsistent)?)
 }
 
 impl SlotList {

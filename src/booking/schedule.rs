@@ -8,43 +8,13 @@
 //! - A local time that does not exist (clocks go forward) is moved forward by the length of
 //!   the gap: 02:30 on a day that jumps from 02:00 to 03:00 means 03:30.
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use chrono::{Duration, NaiveDate};
 use chrono_tz::Tz;
 
-use crate::db::slots::NewSlot;
+use crate::{db::slots::NewSlot, model::resolve_local};
 
 /// Most slots one publish may create (a day of 1-minute slots, plus a repeated hour).
 pub const MAX_SLOTS_PER_DAY: usize = 25 * 60;
-
-/// The instant a local wall-clock time means, by the policy above.
-pub fn resolve_local(tz: Tz, local: NaiveDateTime) -> DateTime<Utc> {
-    match tz.from_local_datetime(&local) {
-        LocalResult::Single(t) => t.with_timezone(&Utc),
-        LocalResult::Ambiguous(first, _) => first.with_timezone(&Utc),
-        LocalResult::None => {
-            // Inside a gap: the offset before the gap applied to this wall time gives the
-            // instant "as if the clock had not jumped", i.e. moved forward by the gap.
-            let mut probe = local;
-            for _ in 0..(48 * 4) {
-                probe -= Duration::minutes(15);
-                if let LocalResult::Single(before) | LocalResult::Ambiguous(before, _) = tz.from_local_datetime(&probe)
-                {
-                    let offset = *before.offset();
-                    let seconds = chrono::Offset::fix(&offset).local_minus_utc();
-                    return (local - Duration::seconds(i64::from(seconds))).and_utc();
-                }
-            }
-            local.and_utc()
-        }
-    }
-}
-
-/// The half-open UTC interval of `date` in `tz`: from its first instant to the next day's.
-pub fn day_bounds(tz: Tz, date: NaiveDate) -> (DateTime<Utc>, DateTime<Utc>) {
-    let start = resolve_local(tz, date.and_time(chrono::NaiveTime::MIN));
-    let next = date.succ_opt().unwrap_or(date);
-    (start, resolve_local(tz, next.and_time(chrono::NaiveTime::MIN)))
-}
 
 /// Why a schedule cannot be laid out.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -130,28 +100,11 @@ mod tests {
     }
 
     #[test]
-    fn a_start_in_the_gap_moves_forward() -> TestResult {
-        let tz: Tz = "America/New_York".parse()?;
-        let t = resolve_local(tz, date("2030-03-10")?.and_hms_opt(2, 30, 0).ok_or("bad time")?);
-        assert_eq!(t.with_timezone(&tz).format("%H:%M%z").to_string(), "03:30-0400");
-        Ok(())
-    }
-
-    #[test]
     fn fall_back_repeats_an_hour() -> TestResult {
         // Europe/Berlin: 2030-10-27 03:00 CEST goes back to 02:00 CET.
         let tz: Tz = "Europe/Berlin".parse()?;
         let slots = plan_day(tz, date("2030-10-27")?, 60, 4 * 60, 60)?;
         assert_eq!(local(&slots, tz), ["01:00+0200", "02:00+0200", "02:00+0100", "03:00+0100"]);
-        Ok(())
-    }
-
-    #[test]
-    fn day_bounds_follow_the_zone() -> TestResult {
-        let tz: Tz = "Europe/Berlin".parse()?;
-        let (from, to) = day_bounds(tz, date("2030-10-27")?);
-        assert_eq!((to - from).num_hours(), 25);
-        assert_eq!(from.to_rfc3339(), "2030-10-26T22:00:00+00:00");
         Ok(())
     }
 

@@ -1,18 +1,25 @@
-//! Queries of the `appointment` table.
+//! Queries of the `appointment` table (and of `appointment_slot`, the further slots of a
+//! longer appointment): inserts told apart by constraint, and the conditional status
+//! transitions every seat release hangs on.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use migration::{UQ_APPOINTMENT_ACTIVE_PATIENT, UQ_APPOINTMENT_CALLER_KEY};
+use migration::{EX_APPOINTMENT_PATIENT_OVERLAP, UQ_APPOINTMENT_ACTIVE_PATIENT, UQ_APPOINTMENT_CALLER_KEY};
 use sea_orm::{
-    sea_query::{Expr, ExprTrait, Query},
-    ActiveModelTrait,
+    sea_query::{Asterisk, Expr, ExprTrait, LockBehavior, LockType, Query},
     ActiveValue::Set,
-    ColumnTrait, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
 };
 
 use super::{
-    entity::{appointment, time_slot},
+    entity::{appointment, appointment_slot, time_slot},
     is_unique_violation, StoreError,
 };
+use crate::model::{AppointmentStatus, CancelledBy};
+
+/// The statuses that take a seat, as stored.
+pub const ACTIVE: [&str; 2] = [appointment::HELD, appointment::BOOKED];
 
 /// An appointment with the doctor of its slot: everything the visibility rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,39 +30,6 @@ pub struct AppointmentRecord {
     pub doctor_id: i64,
 }
 
-#[derive(FromQueryResult)]
-struct Row {
-    id: i64,
-    slot_id: i64,
-    patient_id: i64,
-    status: String,
-    booked_by: String,
-    idempotency_key: String,
-    request_hash: String,
-    created_at: DateTime<Utc>,
-    cancelled_at: Option<DateTime<Utc>>,
-    doctor_id: i64,
-}
-
-impl From<Row> for AppointmentRecord {
-    fn from(r: Row) -> Self {
-        Self {
-            appointment: appointment::Model {
-                id: r.id,
-                slot_id: r.slot_id,
-                patient_id: r.patient_id,
-                status: r.status,
-                booked_by: r.booked_by,
-                idempotency_key: r.idempotency_key,
-                request_hash: r.request_hash,
-                created_at: r.created_at,
-                cancelled_at: r.cancelled_at,
-            },
-            doctor_id: r.doctor_id,
-        }
-    }
-}
-
 /// Which appointments a listing selects.
 #[derive(Clone, Debug)]
 pub enum Filter {
@@ -63,7 +37,7 @@ pub enum Filter {
     Patient(i64),
     /// In this doctor's slots.
     Doctor(i64),
-    /// Created by this caller scope.
+    /// Created by this caller scope (including those someone else rescheduled since).
     BookedBy(String),
     /// These ids.
     Ids(Vec<i64>),
@@ -77,34 +51,36 @@ pub async fn list(
 ) -> Result<Vec<AppointmentRecord>, StoreError> {
     use appointment::Column as A;
     let mut q = Query::select();
-    q.columns([
-        (appointment::Entity, A::Id),
-        (appointment::Entity, A::SlotId),
-        (appointment::Entity, A::PatientId),
-        (appointment::Entity, A::Status),
-        (appointment::Entity, A::BookedBy),
-        (appointment::Entity, A::IdempotencyKey),
-        (appointment::Entity, A::RequestHash),
-        (appointment::Entity, A::CreatedAt),
-        (appointment::Entity, A::CancelledAt),
-    ])
-    .column((time_slot::Entity, time_slot::Column::DoctorId))
-    .from(appointment::Entity)
-    .inner_join(
-        time_slot::Entity,
-        Expr::col((time_slot::Entity, time_slot::Column::Id)).equals((appointment::Entity, A::SlotId)),
-    );
+    q.column((appointment::Entity, Asterisk))
+        .column((time_slot::Entity, time_slot::Column::DoctorId))
+        .from(appointment::Entity)
+        .inner_join(
+            time_slot::Entity,
+            Expr::col((time_slot::Entity, time_slot::Column::Id)).equals((appointment::Entity, A::SlotId)),
+        );
     match filter {
         Filter::Patient(p) => q.and_where(Expr::col((appointment::Entity, A::PatientId)).eq(p)),
         Filter::Doctor(d) => q.and_where(Expr::col((time_slot::Entity, time_slot::Column::DoctorId)).eq(d)),
-        Filter::BookedBy(s) => q.and_where(Expr::col((appointment::Entity, A::BookedBy)).eq(s)),
+        Filter::BookedBy(s) => q.cond_where(
+            Condition::any()
+                .add(Expr::col((appointment::Entity, A::BookedBy)).eq(s.clone()))
+                .add(Expr::col((appointment::Entity, A::FirstBookedBy)).eq(s)),
+        ),
         Filter::Ids(ids) => q.and_where(Expr::col((appointment::Entity, A::Id)).is_in(ids)),
     };
     q.order_by((appointment::Entity, A::CreatedAt), sea_orm::Order::Desc)
         .order_by((appointment::Entity, A::Id), sea_orm::Order::Desc)
         .limit(limit);
-    let stmt = conn.get_database_backend().build(&q);
-    Ok(Row::find_by_statement(stmt).all(conn).await?.into_iter().map(Into::into).collect())
+    let rows = conn.query_all(&q).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(AppointmentRecord {
+                appointment: appointment::Model::from_query_result(row, "")?,
+                doctor_id: row.try_get("", "doctor_id")?,
+            })
+        })
+        .collect::<Result<_, DbErr>>()
+        .map_err(StoreError::from)
 }
 
 /// One appointment with its slot's doctor.
@@ -125,95 +101,6 @@ pub async fn find_by_key(
         .await?)
 }
 
-/// Whether the patient holds a BOOKED appointment in the slot.
-pub async fn holds_seat(conn: &impl ConnectionTrait, slot_id: i64, patient_id: i64) -> Result<bool, StoreError> {
-    Ok(appointment::Entity::find()
-        .select_only()
-        .column(appointment::Column::Id)
-        .filter(appointment::Column::SlotId.eq(slot_id))
-        .filter(appointment::Column::PatientId.eq(patient_id))
-        .filter(appointment::Column::Status.eq(appointment::BOOKED))
-        .into_tuple::<i64>()
-        .one(conn)
-        .await?
-        .is_some())
-}
-
-/// A BOOKED appointment to insert.
-#[derive(Clone, Debug)]
-pub struct NewAppointment<'a> {
-    /// The slot.
-    pub slot_id: i64,
-    /// The patient.
-    pub patient_id: i64,
-    /// The booking caller's scope.
-    pub booked_by: &'a str,
-    /// The caller's idempotency key.
-    pub idempotency_key: &'a str,
-    /// Fingerprint of the request.
-    pub request_hash: &'a str,
-    /// Booking time.
-    pub created_at: DateTime<Utc>,
-}
-
-/// Why an insert was refused by a unique constraint.
-#[derive(Debug, thiserror::Error)]
-pub enum InsertError {
-    /// The caller's key was used by a concurrent request that committed first.
-    #[error("idempotency key taken")]
-    KeyTaken,
-    /// The patient already holds a BOOKED appointment in the slot.
-    #[error("patient already holds the slot")]
-    AlreadyBooked,
-    /// Anything else.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-/// Inserts a BOOKED appointment, telling unique violations apart by constraint.
-pub async fn insert(conn: &impl ConnectionTrait, new: NewAppointment<'_>) -> Result<appointment::Model, InsertError> {
-    let row = appointment::ActiveModel {
-        slot_id: Set(new.slot_id),
-        patient_id: Set(new.patient_id),
-        status: Set(appointment::BOOKED.to_owned()),
-        booked_by: Set(new.booked_by.to_owned()),
-        idempotency_key: Set(new.idempotency_key.to_owned()),
-        request_hash: Set(new.request_hash.to_owned()),
-        created_at: Set(new.created_at),
-        cancelled_at: Set(None),
-        ..Default::default()
-    };
-    row.insert(conn).await.map_err(classify)
-}
-
-/// Tells the unique violations of an appointment insert apart by constraint.
-pub(crate) fn classify(err: DbErr) -> InsertError {
-    if is_unique_violation(&err, UQ_APPOINTMENT_CALLER_KEY, "appointment.idempotency_key") {
-        InsertError::KeyTaken
-    } else if is_unique_violation(&err, UQ_APPOINTMENT_ACTIVE_PATIENT, "appointment.patient_id") {
-        InsertError::AlreadyBooked
-    } else {
-        InsertError::Store(err.into())
-    }
-}
-
-/// The cancel's conditional transition BOOKED → CANCELLED. `None` when the appointment was
-/// not BOOKED (already cancelled, or by a concurrent cancel that won).
-pub async fn mark_cancelled(
-    conn: &impl ConnectionTrait,
-    id: i64,
-    now: DateTime<Utc>,
-) -> Result<Option<appointment::Model>, StoreError> {
-    let mut rows = appointment::Entity::update_many()
-        .col_expr(appointment::Column::Status, Expr::value(appointment::CANCELLED))
-        .col_expr(appointment::Column::CancelledAt, Expr::value(now))
-        .filter(appointment::Column::Id.eq(id))
-        .filter(appointment::Column::Status.eq(appointment::BOOKED))
-        .exec_with_returning(conn)
-        .await?;
-    Ok(rows.pop())
-}
-
 /// Appointments by id (for the DataLoader), unordered.
 pub async fn find_many(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<Vec<appointment::Model>, StoreError> {
     Ok(appointment::Entity::find()
@@ -223,42 +110,290 @@ pub async fn find_many(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<Vec<a
         .await?)
 }
 
+/// An appointment to insert: who, for whom, and in what state; its slots come separately.
+#[derive(Clone, Debug)]
+pub struct NewAppointment<'a> {
+    /// `Held` or `Booked`.
+    pub status: AppointmentStatus,
+    /// The patient.
+    pub patient_id: i64,
+    /// The scope of the caller whose request makes it.
+    pub booked_by: &'a str,
+    /// The caller's idempotency key.
+    pub idempotency_key: &'a str,
+    /// Fingerprint of the request.
+    pub request_hash: &'a str,
+    /// When it is made.
+    pub created_at: DateTime<Utc>,
+    /// Until when a hold keeps its seat.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// The appointment this one replaces (a reschedule).
+    pub rescheduled_from: Option<i64>,
+    /// Who booked the appointment the reschedule chain started from, when not `booked_by`.
+    pub first_booked_by: Option<&'a str>,
+}
+
+/// Why an insert was refused by a constraint.
+#[derive(Debug, thiserror::Error)]
+pub enum InsertError {
+    /// The caller's key was used by a concurrent request that committed first.
+    #[error("idempotency key taken")]
+    KeyTaken,
+    /// The patient already holds an active appointment in the first slot.
+    #[error("patient already holds the slot")]
+    AlreadyBooked,
+    /// The patient holds an active appointment overlapping this one in time.
+    #[error("patient holds an overlapping appointment")]
+    Overlapping,
+    /// Anything else.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<DbErr> for InsertError {
+    fn from(err: DbErr) -> Self {
+        classify(err)
+    }
+}
+
+/// Inserts an appointment taking a seat in each of `run` (its slots, by start: the ones whose
+/// seats the caller's transaction just took), telling constraint violations apart.
+pub async fn insert(
+    conn: &impl ConnectionTrait,
+    new: &NewAppointment<'_>,
+    run: &[time_slot::Model],
+) -> Result<appointment::Model, InsertError> {
+    let (Some(first), Some(last)) = (run.first(), run.last()) else {
+        return Err(StoreError::Inconsistent("an appointment needs at least one slot".into()).into());
+    };
+    let row = appointment::ActiveModel {
+        slot_id: Set(first.id),
+        patient_id: Set(new.patient_id),
+        status: Set(new.status.as_str().to_owned()),
+        booked_by: Set(new.booked_by.to_owned()),
+        idempotency_key: Set(new.idempotency_key.to_owned()),
+        request_hash: Set(new.request_hash.to_owned()),
+        created_at: Set(new.created_at),
+        cancelled_at: Set(None),
+        start_at: Set(first.start_at),
+        end_at: Set(last.end_at),
+        slot_count: Set(i32::try_from(run.len()).unwrap_or(i32::MAX)),
+        expires_at: Set(new.expires_at),
+        cancelled_by: Set(None),
+        rescheduled_from: Set(new.rescheduled_from),
+        rescheduled_to: Set(None),
+        first_booked_by: Set(new.first_booked_by.map(str::to_owned)),
+        ..Default::default()
+    };
+    let inserted = appointment::Entity::insert(row).exec_with_returning(conn).await?;
+    if run.len() > 1 {
+        let further = run[1..]
+            .iter()
+            .map(|s| appointment_slot::ActiveModel { appointment_id: Set(inserted.id), slot_id: Set(s.id) });
+        appointment_slot::Entity::insert_many(further).exec_without_returning(conn).await.map_err(StoreError::from)?;
+    }
+    Ok(inserted)
+}
+
+/// Tells the constraint violations of an appointment insert apart by constraint name.
+pub(crate) fn classify(err: DbErr) -> InsertError {
+    if is_unique_violation(&err, UQ_APPOINTMENT_CALLER_KEY, "appointment.idempotency_key") {
+        InsertError::KeyTaken
+    } else if is_unique_violation(&err, UQ_APPOINTMENT_ACTIVE_PATIENT, "appointment.patient_id") {
+        InsertError::AlreadyBooked
+    } else if is_overlap_violation(&err) {
+        InsertError::Overlapping
+    } else {
+        InsertError::Store(err.into())
+    }
+}
+
+/// Whether `err` is the "no overlapping appointments for one patient" rule: the exclusion
+/// constraint on PostgreSQL, the triggers raising its name on SQLite.
+pub fn is_overlap_violation(err: &DbErr) -> bool {
+    err.to_string().contains(EX_APPOINTMENT_PATIENT_OVERLAP)
+}
+
+/// The conditional transition of a cancel (or of the old appointment of a reschedule):
+/// `HELD`/`BOOKED` → `CANCELLED`. `None` when it was not active (cancelled already, expired,
+/// or a concurrent transition won): only the request that gets the row gives its seats back.
+pub async fn mark_cancelled(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    now: DateTime<Utc>,
+    by: CancelledBy,
+) -> Result<Option<appointment::Model>, StoreError> {
+    let mut rows = cancelling(now, by)
+        .filter(appointment::Column::Id.eq(id))
+        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// Cancels, by [`mark_cancelled`]'s transition, every active appointment taking a seat in any
+/// of `slot_ids` (closing slots); returns those this statement cancelled.
+pub async fn cancel_in_slots(
+    conn: &impl ConnectionTrait,
+    slot_ids: &[i64],
+    now: DateTime<Utc>,
+    by: CancelledBy,
+) -> Result<Vec<appointment::Model>, StoreError> {
+    if slot_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let further = Query::select()
+        .column(appointment_slot::Column::AppointmentId)
+        .from(appointment_slot::Entity)
+        .and_where(appointment_slot::Column::SlotId.is_in(slot_ids.iter().copied()))
+        .to_owned();
+    Ok(cancelling(now, by)
+        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(
+            Condition::any()
+                .add(appointment::Column::SlotId.is_in(slot_ids.iter().copied()))
+                .add(appointment::Column::Id.in_subquery(further)),
+        )
+        .exec_with_returning(conn)
+        .await?)
+}
+
+fn cancelling(now: DateTime<Utc>, by: CancelledBy) -> sea_orm::UpdateMany<appointment::Entity> {
+    appointment::Entity::update_many()
+        .col_expr(appointment::Column::Status, Expr::value(appointment::CANCELLED))
+        .col_expr(appointment::Column::CancelledAt, Expr::value(now))
+        .col_expr(appointment::Column::CancelledBy, Expr::value(by.as_str()))
+        .col_expr(appointment::Column::ExpiresAt, Expr::value(Option::<DateTime<Utc>>::None))
+}
+
+/// The confirm's conditional transition `HELD` → `BOOKED`, only while the hold has not run out
+/// (whether or not the expiry job has seen it yet). `None` when it did not apply.
+pub async fn mark_confirmed(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    now: DateTime<Utc>,
+) -> Result<Option<appointment::Model>, StoreError> {
+    let mut rows = appointment::Entity::update_many()
+        .col_expr(appointment::Column::Status, Expr::value(appointment::BOOKED))
+        .col_expr(appointment::Column::ExpiresAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .filter(appointment::Column::Id.eq(id))
+        .filter(appointment::Column::Status.eq(appointment::HELD))
+        .filter(appointment::Column::ExpiresAt.gt(now))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// The expiry's conditional transition `HELD` → `EXPIRED` for up to `limit` holds that ran
+/// out by `now`, oldest first. On PostgreSQL the candidates are locked `SKIP LOCKED`, so
+/// instances expiring at once take disjoint batches and never wait on a confirm or cancel in
+/// flight; the transition itself re-checks the status, so a hold is expired at most once.
+pub async fn mark_expired(
+    conn: &impl ConnectionTrait,
+    now: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<appointment::Model>, StoreError> {
+    let due = Query::select()
+        .column(appointment::Column::Id)
+        .from(appointment::Entity)
+        .and_where(appointment::Column::Status.eq(appointment::HELD))
+        .and_where(appointment::Column::ExpiresAt.lte(now))
+        .order_by(appointment::Column::ExpiresAt, sea_orm::Order::Asc)
+        .limit(limit)
+        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+        .to_owned();
+    Ok(appointment::Entity::update_many()
+        .col_expr(appointment::Column::Status, Expr::value(appointment::EXPIRED))
+        .filter(appointment::Column::Id.in_subquery(due))
+        .filter(appointment::Column::Status.eq(appointment::HELD))
+        .exec_with_returning(conn)
+        .await?)
+}
+
+/// Links an appointment to the one that replaced it.
+pub async fn set_rescheduled_to(conn: &impl ConnectionTrait, id: i64, to: i64) -> Result<(), StoreError> {
+    appointment::Entity::update_many()
+        .col_expr(appointment::Column::RescheduledTo, Expr::value(to))
+        .filter(appointment::Column::Id.eq(id))
+        .exec(conn)
+        .await?;
+    Ok(())
+}
+
+/// The slots each appointment takes a seat in, by start (its first slot, then the further
+/// ones of a longer appointment), for every appointment of `appointments`.
+pub async fn slots_of(
+    conn: &impl ConnectionTrait,
+    appointments: &[appointment::Model],
+) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
+    let mut slots: HashMap<i64, Vec<i64>> = appointments.iter().map(|a| (a.id, vec![a.slot_id])).collect();
+    let longer: Vec<i64> = appointments.iter().filter(|a| a.slot_count > 1).map(|a| a.id).collect();
+    if !longer.is_empty() {
+        let rows = appointment_slot::Entity::find()
+            .inner_join(time_slot::Entity)
+            .filter(appointment_slot::Column::AppointmentId.is_in(longer))
+            .order_by_asc(time_slot::Column::StartAt)
+            .all(conn)
+            .await?;
+        for row in rows {
+            slots.entry(row.appointment_id).or_default().push(row.slot_id);
+        }
+    }
+    Ok(slots)
+}
+
+/// How a patient's active appointments stand against a run of slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conflicts {
+    /// One of them takes a seat in one of the run's slots (`ALREADY_BOOKED`).
+    pub holds_seat: bool,
+    /// One of them overlaps the run's time range (`OVERLAPPING_APPOINTMENT` unless it holds
+    /// a seat in the run).
+    pub overlaps: bool,
+}
+
+/// The patient's active appointments against the run `slot_ids` spanning `[start, end)`,
+/// leaving out `except` (the appointment a reschedule moves). Read only to word a refusal.
+pub async fn conflicts(
+    conn: &impl ConnectionTrait,
+    patient_id: i64,
+    (start, end): (DateTime<Utc>, DateTime<Utc>),
+    slot_ids: &[i64],
+    except: Option<i64>,
+) -> Result<Conflicts, StoreError> {
+    let mut q = appointment::Entity::find()
+        .filter(appointment::Column::PatientId.eq(patient_id))
+        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(appointment::Column::StartAt.lt(end))
+        .filter(appointment::Column::EndAt.gt(start));
+    if let Some(id) = except {
+        q = q.filter(appointment::Column::Id.ne(id));
+    }
+    let overlapping = q.all(conn).await?;
+    if overlapping.is_empty() {
+        return Ok(Conflicts::default());
+    }
+    let held = slots_of(conn, &overlapping).await?;
+    let holds_seat = held.values().flatten().any(|s| slot_ids.contains(s));
+    Ok(Conflicts { holds_seat, overlaps: true })
+}
+
 /// What a booking attempt on a slot known to be full still needs, in one indexed read with no
 /// transaction and no slot lock: the caller's appointment with this key (on any slot), and
-/// whether the patient holds a BOOKED seat in the slot.
+/// how the patient's active appointments stand against the slot.
 pub async fn key_or_seat(
     conn: &impl ConnectionTrait,
     booked_by: &str,
     key: &str,
-    slot_id: i64,
+    slot: &time_slot::Model,
     patient_id: i64,
-) -> Result<(Option<appointment::Model>, bool), StoreError> {
-    use sea_orm::Condition;
-    let rows = appointment::Entity::find()
-        .filter(
-            Condition::any()
-                .add(
-                    Condition::all()
-                        .add(appointment::Column::BookedBy.eq(booked_by))
-                        .add(appointment::Column::IdempotencyKey.eq(key)),
-                )
-                .add(
-                    Condition::all()
-                        .add(appointment::Column::SlotId.eq(slot_id))
-                        .add(appointment::Column::PatientId.eq(patient_id))
-                        .add(appointment::Column::Status.eq(appointment::BOOKED)),
-                ),
-        )
-        .limit(2)
-        .all(conn)
-        .await?;
-    let holds_seat =
-        rows.iter().any(|r| r.slot_id == slot_id && r.patient_id == patient_id && r.status == appointment::BOOKED);
-    let by_key = rows.into_iter().find(|r| r.booked_by == booked_by && r.idempotency_key == key);
-    Ok((by_key, holds_seat))
+) -> Result<(Option<appointment::Model>, Conflicts), StoreError> {
+    let by_key = find_by_key(conn, booked_by, key).await?;
+    let conflicts = conflicts(conn, patient_id, (slot.start_at, slot.end_at), &[slot.id], None).await?;
+    Ok((by_key, conflicts))
 }
 
-/// One lookup of [`key_or_seat`] in a batch.
+/// One lookup of [`key_or_seats_pg`] in a batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyOrSeat {
     /// The caller's scope.
@@ -276,28 +411,36 @@ pub struct KeyOrSeat {
 pub struct KeyOrSeatFound {
     /// The caller's appointment with the key (on any slot).
     pub by_key: Option<appointment::Model>,
-    /// Whether the patient holds a BOOKED appointment in the slot.
-    pub holds_seat: bool,
+    /// How the patient's active appointments stand against the slot.
+    pub conflicts: Conflicts,
     /// The slot as it is now (not locked), if it exists.
     pub slot: Option<time_slot::Model>,
 }
 
 /// [`key_or_seat`] plus the slot row for many attempts, in one PostgreSQL statement with one
-/// row per attempt (in order): each probe is an index lookup.
+/// row per attempt (in order): each probe is an index lookup (the overlap probe one of the
+/// patient's appointments, through the exclusion constraint's index).
 pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Vec<KeyOrSeatFound>, StoreError> {
-    use super::slots::{decode_error, slot_at};
+    use super::rows::{appointment_at, decode_error, slot_at, SLOT_WIDTH};
     use sqlx::Row;
-    const SQL: &str = "\
-        SELECT l.i, s.id, s.doctor_id, s.start_at, s.end_at, s.capacity, s.booked_count, s.version, \
-               k.id, k.slot_id, k.patient_id, k.status, k.request_hash, k.created_at, k.cancelled_at, \
-               EXISTS (SELECT 1 FROM appointment h WHERE h.slot_id = l.slot_id AND h.patient_id = l.patient_id \
-                       AND h.status = 'BOOKED') AS held \
+    const SQL: &str = concat!(
+        "SELECT l.i, ",
+        slot_columns!("s"),
+        ", ",
+        appointment_columns!("k"),
+        ", c.overlaps, c.holds_seat \
         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY \
              AS l(booked_by, key, slot_id, patient_id, i) \
         LEFT JOIN time_slot s ON s.id = l.slot_id \
         LEFT JOIN LATERAL (SELECT * FROM appointment a WHERE a.booked_by = l.booked_by \
                            AND a.idempotency_key = l.key) k ON true \
-        ORDER BY l.i";
+        LEFT JOIN LATERAL (SELECT count(*) > 0 AS overlaps, \
+                                  coalesce(bool_or(o.slot_id = l.slot_id OR EXISTS (SELECT 1 FROM appointment_slot x \
+                                    WHERE x.appointment_id = o.id AND x.slot_id = l.slot_id)), false) AS holds_seat \
+                           FROM appointment o WHERE o.patient_id = l.patient_id AND o.status IN ('HELD', 'BOOKED') \
+                           AND tstzrange(o.start_at, o.end_at) && tstzrange(s.start_at, s.end_at)) c ON true \
+        ORDER BY l.i"
+    );
     let query = sqlx::query(SQL)
         .bind(lookups.iter().map(|l| l.booked_by.as_str()).collect::<Vec<_>>())
         .bind(lookups.iter().map(|l| l.key.as_str()).collect::<Vec<_>>())
@@ -307,8 +450,10 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
     if rows.len() != lookups.len() {
         return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
     }
+    let at_key = 1 + SLOT_WIDTH;
+    let at_conflicts = at_key + super::rows::APPOINTMENT_WIDTH;
     let mut found = Vec::with_capacity(rows.len());
-    for (n, (row, l)) in rows.iter().zip(lookups).enumerate() {
+    for (n, row) in rows.iter().enumerate() {
         let i: i64 = row.try_get(0).map_err(decode_error)?;
         if i != n as i64 + 1 {
             return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
@@ -317,21 +462,15 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
             Some(_) => Some(slot_at(row, 1)?),
             None => None,
         };
-        let by_key = match row.try_get::<Option<i64>, _>(8).map_err(decode_error)? {
-            Some(id) => Some(appointment::Model {
-                id,
-                slot_id: row.try_get(9).map_err(decode_error)?,
-                patient_id: row.try_get(10).map_err(decode_error)?,
-                status: row.try_get(11).map_err(decode_error)?,
-                booked_by: l.booked_by.clone(),
-                idempotency_key: l.key.clone(),
-                request_hash: row.try_get(12).map_err(decode_error)?,
-                created_at: row.try_get(13).map_err(decode_error)?,
-                cancelled_at: row.try_get(14).map_err(decode_error)?,
-            }),
+        let by_key = match row.try_get::<Option<i64>, _>(at_key).map_err(decode_error)? {
+            Some(_) => Some(appointment_at(row, at_key)?),
             None => None,
         };
-        found.push(KeyOrSeatFound { by_key, holds_seat: row.try_get(15).map_err(decode_error)?, slot });
+        let conflicts = Conflicts {
+            overlaps: row.try_get::<Option<bool>, _>(at_conflicts).map_err(decode_error)?.unwrap_or(false),
+            holds_seat: row.try_get::<Option<bool>, _>(at_conflicts + 1).map_err(decode_error)?.unwrap_or(false),
+        };
+        found.push(KeyOrSeatFound { by_key, conflicts, slot });
     }
     Ok(found)
 }

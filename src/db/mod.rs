@@ -3,6 +3,8 @@
 //! Every function here takes `&impl ConnectionTrait`, so the booking layer decides what runs
 //! inside one transaction. Nothing above this module writes SQL.
 
+#[macro_use]
+mod rows;
 pub mod appointments;
 pub mod book_pg;
 pub mod doctors;

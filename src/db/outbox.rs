@@ -7,32 +7,56 @@ use sqlx::{postgres::PgRow, Row};
 
 use super::{
     entity::{outbox, time_slot},
-    slots::decode_error,
+    rows::decode_error,
     Db, StoreError,
 };
 
-/// Records, in the caller's transaction, that `slot` changed because of an appointment.
+/// Records, in the caller's transaction, an appointment event (`kind`, an
+/// [`crate::model::AppointmentEvent`] word, with `appointment_id`) and/or the state `slot` was
+/// left in (`kind` [`crate::model::SLOT_ONLY`] when there is no event).
 pub async fn record(
     conn: &impl ConnectionTrait,
     kind: &str,
-    appointment_id: i64,
-    slot: &time_slot::Model,
+    appointment_id: Option<i64>,
+    slot: Option<&time_slot::Model>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let row = outbox::ActiveModel {
+    outbox::Entity::insert(row(kind, appointment_id, slot, at)).exec_without_returning(conn).await?;
+    Ok(())
+}
+
+/// [`record`] for many rows in one statement.
+pub async fn record_many(
+    conn: &impl ConnectionTrait,
+    rows: impl IntoIterator<Item = (&str, Option<i64>, Option<&time_slot::Model>)>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let rows: Vec<_> = rows.into_iter().map(|(kind, appointment, slot)| row(kind, appointment, slot, at)).collect();
+    if !rows.is_empty() {
+        outbox::Entity::insert_many(rows).exec_without_returning(conn).await?;
+    }
+    Ok(())
+}
+
+fn row(
+    kind: &str,
+    appointment_id: Option<i64>,
+    slot: Option<&time_slot::Model>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> outbox::ActiveModel {
+    outbox::ActiveModel {
         kind: Set(kind.to_owned()),
         appointment_id: Set(appointment_id),
-        slot_id: Set(slot.id),
-        doctor_id: Set(slot.doctor_id),
-        start_at: Set(slot.start_at),
-        capacity: Set(slot.capacity),
-        booked_count: Set(slot.booked_count),
-        version: Set(slot.version),
+        slot_id: Set(slot.map(|s| s.id)),
+        doctor_id: Set(slot.map(|s| s.doctor_id)),
+        start_at: Set(slot.map(|s| s.start_at)),
+        capacity: Set(slot.map(|s| s.capacity)),
+        booked_count: Set(slot.map(|s| s.booked_count)),
+        version: Set(slot.map(|s| s.version)),
         created_at: Set(at),
+        slot_closed: Set(slot.map(|s| s.closed_at.is_some())),
         ..Default::default()
-    };
-    outbox::Entity::insert(row).exec_without_returning(conn).await?;
-    Ok(())
+    }
 }
 
 /// Most rows one relay pass claims.
@@ -78,7 +102,8 @@ const BEGIN_RELAY: &str = "BEGIN; SET LOCAL synchronous_commit = off";
 /// the same time off each other's rows.
 const CLAIM_PG: &str = "\
 DELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-RETURNING id, kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at";
+RETURNING id, kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at, \
+          slot_closed";
 
 /// Claims the oldest pending rows, at most `limit`, on PostgreSQL: three round trips a pass
 /// (begin, claim, commit) whatever the number of rows. `None` when there are none.
@@ -109,5 +134,6 @@ fn decode(r: &PgRow) -> Result<outbox::Model, StoreError> {
         booked_count: r.try_get(7).map_err(decode_error)?,
         version: r.try_get(8).map_err(decode_error)?,
         created_at: r.try_get(9).map_err(decode_error)?,
+        slot_closed: r.try_get(10).map_err(decode_error)?,
     })
 }

@@ -1,27 +1,21 @@
-//! Queries of the `time_slot` table, including the one conditional update that takes a seat.
+//! Queries of the `time_slot` table, including the conditional updates that take a seat.
+//!
+//! Lock order: statements that lock several slots lock them by id (a sub-select `ORDER BY id
+//! FOR UPDATE`), so concurrent bookings of overlapping runs, reschedules and releases wait for
+//! each other instead of deadlocking.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use sea_orm::{
-    sea_query::{Expr, ExprTrait},
+    sea_query::{Expr, ExprTrait, LockType, Query, SelectStatement},
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
 };
 
 use super::{entity::time_slot, StoreError};
+use crate::model::DayRange;
 
 /// Rows per INSERT statement (well under both databases' bind-parameter limits).
 const INSERT_CHUNK: usize = 1000;
-
-/// A half-open interval `[from, to)` of one doctor's slot starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DayRange {
-    /// The doctor.
-    pub doctor_id: i64,
-    /// First instant of the day (inclusive).
-    pub from: DateTime<Utc>,
-    /// First instant after the day (exclusive).
-    pub to: DateTime<Utc>,
-}
 
 /// One slot by id.
 pub async fn find(conn: &impl ConnectionTrait, id: i64) -> Result<Option<time_slot::Model>, StoreError> {
@@ -53,7 +47,8 @@ pub async fn in_ranges(conn: &impl ConnectionTrait, ranges: &[DayRange]) -> Resu
         .await?)
 }
 
-/// The slots of `range` that can still be booked at `now`: a seat left and a start in the future.
+/// The slots of `range` that can still be booked at `now`: open, a seat left and a start in
+/// the future.
 pub async fn available(
     conn: &impl ConnectionTrait,
     range: DayRange,
@@ -65,6 +60,23 @@ pub async fn available(
         .filter(time_slot::Column::StartAt.lt(range.to))
         .filter(time_slot::Column::StartAt.gt(now))
         .filter(Expr::col(time_slot::Column::BookedCount).lt(Expr::col(time_slot::Column::Capacity)))
+        .filter(time_slot::Column::ClosedAt.is_null())
+        .order_by_asc(time_slot::Column::StartAt)
+        .all(conn)
+        .await?)
+}
+
+/// Every slot of the doctor starting in `[from, to)`, by start (full, closed and past ones too).
+pub async fn starting_in(
+    conn: &impl ConnectionTrait,
+    doctor_id: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<time_slot::Model>, StoreError> {
+    Ok(time_slot::Entity::find()
+        .filter(time_slot::Column::DoctorId.eq(doctor_id))
+        .filter(time_slot::Column::StartAt.gte(from))
+        .filter(time_slot::Column::StartAt.lt(to))
         .order_by_asc(time_slot::Column::StartAt)
         .all(conn)
         .await?)
@@ -130,34 +142,160 @@ pub async fn at_starts(
     Ok(rows)
 }
 
-/// The booking's one conditional update: takes a seat if one is left and the slot has not
-/// started, bumping the version. `None` when no row qualified (not found, full or past).
+/// The booking's one conditional update: takes a seat if one is left, the slot is open and
+/// has not started, bumping the version. `None` when no row qualified (not found, full,
+/// closed or past).
 pub async fn take_seat(
     conn: &impl ConnectionTrait,
     slot_id: i64,
     now: DateTime<Utc>,
 ) -> Result<Option<time_slot::Model>, StoreError> {
+    Ok(take_seats(conn, &[slot_id], now).await?.pop())
+}
+
+/// [`take_seat`] for each of `slot_ids` in one statement, locking them by id. Returns the
+/// slots that had a seat, by start; fewer than asked means the caller must roll back (all
+/// or none).
+pub async fn take_seats(
+    conn: &impl ConnectionTrait,
+    slot_ids: &[i64],
+    now: DateTime<Utc>,
+) -> Result<Vec<time_slot::Model>, StoreError> {
     let mut rows = time_slot::Entity::update_many()
         .col_expr(time_slot::Column::BookedCount, Expr::col(time_slot::Column::BookedCount).add(1))
         .col_expr(time_slot::Column::Version, Expr::col(time_slot::Column::Version).add(1))
-        .filter(time_slot::Column::Id.eq(slot_id))
+        .filter(time_slot::Column::Id.in_subquery(locked_by_id(slot_ids)))
         .filter(Expr::col(time_slot::Column::BookedCount).lt(Expr::col(time_slot::Column::Capacity)))
         .filter(time_slot::Column::StartAt.gt(now))
+        .filter(time_slot::Column::ClosedAt.is_null())
         .exec_with_returning(conn)
         .await?;
-    Ok(rows.pop())
+    rows.sort_unstable_by_key(|r| r.start_at);
+    Ok(rows)
 }
 
-/// Gives one seat back (a cancel), bumping the version. The CHECK constraint refuses a count
-/// below zero, so a bug here fails loudly instead of corrupting the count.
-pub async fn release_seat(conn: &impl ConnectionTrait, slot_id: i64) -> Result<time_slot::Model, StoreError> {
+/// Gives seats back: `released` lists each slot with the number of seats it gets back (the
+/// appointments of one statement may share a slot). One statement, slots locked by id, one
+/// version step per slot. The CHECK constraint refuses a count below zero, so a bug here
+/// fails loudly instead of corrupting the count.
+pub async fn release_seats(
+    conn: &impl ConnectionTrait,
+    released: &[(i64, i32)],
+) -> Result<Vec<time_slot::Model>, StoreError> {
+    let Some(((first, n), rest)) = released.split_first() else {
+        return Ok(Vec::new());
+    };
+    let mut seats = Expr::case(time_slot::Column::Id.eq(*first), *n);
+    for (id, n) in rest {
+        seats = seats.case(time_slot::Column::Id.eq(*id), *n);
+    }
+    let ids: Vec<i64> = released.iter().map(|(id, _)| *id).collect();
     let mut rows = time_slot::Entity::update_many()
-        .col_expr(time_slot::Column::BookedCount, Expr::col(time_slot::Column::BookedCount).sub(1))
+        .col_expr(time_slot::Column::BookedCount, Expr::col(time_slot::Column::BookedCount).sub(seats.finally(0)))
         .col_expr(time_slot::Column::Version, Expr::col(time_slot::Column::Version).add(1))
-        .filter(time_slot::Column::Id.eq(slot_id))
+        .filter(time_slot::Column::Id.in_subquery(locked_by_id(&ids)))
         .exec_with_returning(conn)
         .await?;
-    rows.pop().ok_or_else(|| StoreError::Inconsistent(format!("slot {slot_id} of a booked appointment is missing")))
+    if rows.len() != ids.len() {
+        return Err(StoreError::Inconsistent(format!("releasing seats of {ids:?} found {} slots", rows.len())));
+    }
+    rows.sort_unstable_by_key(|r| r.start_at);
+    Ok(rows)
+}
+
+/// Locks `slot_ids` by id for the rest of the transaction (a reschedule locks the slots it
+/// releases and the slots it takes in one go, before changing any).
+pub async fn lock(conn: &impl ConnectionTrait, slot_ids: &[i64]) -> Result<(), StoreError> {
+    let stmt = locked_by_id(slot_ids);
+    conn.query_all(&stmt).await?;
+    Ok(())
+}
+
+/// `SELECT id FROM time_slot WHERE id IN (…) ORDER BY id FOR UPDATE` (SQLite, one writer at a
+/// time, has no row locks and leaves the clause out).
+fn locked_by_id(slot_ids: &[i64]) -> SelectStatement {
+    Query::select()
+        .column(time_slot::Column::Id)
+        .from(time_slot::Entity)
+        .and_where(time_slot::Column::Id.is_in(slot_ids.iter().copied()))
+        .order_by(time_slot::Column::Id, sea_orm::Order::Asc)
+        .lock(LockType::Update)
+        .to_owned()
+}
+
+/// The run of an appointment `minutes` long starting at a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// No slot with that id.
+    NoSlot,
+    /// The slot, and each following slot of the same doctor starting exactly where the
+    /// previous one ends, until `minutes` are covered.
+    Slots(Vec<time_slot::Model>),
+    /// The slot exists, but no such run covers exactly `minutes` (a gap, a slot of another
+    /// length, or the end of the schedule). Carries the first slot.
+    NotCovered(time_slot::Model),
+}
+
+/// The run starting at `first_id` covering `minutes` (slots' times never change, so reading
+/// them outside the booking's transaction decides nothing about seats).
+pub async fn run_from(conn: &impl ConnectionTrait, first_id: i64, minutes: i64) -> Result<Run, StoreError> {
+    let Some(first) = find(conn, first_id).await? else {
+        return Ok(Run::NoSlot);
+    };
+    let end = first.start_at + Duration::minutes(minutes);
+    let candidates = starting_in(conn, first.doctor_id, first.start_at, end).await?;
+    Ok(match contiguous_run(&candidates, first.start_at, end) {
+        Some(run) => Run::Slots(run),
+        None => Run::NotCovered(first),
+    })
+}
+
+/// The slots of `candidates` (one doctor's, by start) that chain from `start` to exactly `end`,
+/// each starting where the previous ends; `None` when there is no such chain.
+pub fn contiguous_run(
+    candidates: &[time_slot::Model],
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Option<Vec<time_slot::Model>> {
+    let mut run: Vec<time_slot::Model> = Vec::new();
+    let mut at = start;
+    while at < end {
+        // Starts are unique per doctor, so at most one slot starts at `at`.
+        let next = candidates.iter().find(|s| s.start_at == at)?;
+        at = next.end_at;
+        run.push(next.clone());
+    }
+    (at == end && !run.is_empty()).then_some(run)
+}
+
+/// Closes the doctor's open slots starting in `[from, to)`, bumping their version: they never
+/// take a seat again. Returns the slots this statement closed, by start.
+pub async fn close(
+    conn: &impl ConnectionTrait,
+    range: DayRange,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Vec<time_slot::Model>, StoreError> {
+    let in_range = Query::select()
+        .column(time_slot::Column::Id)
+        .from(time_slot::Entity)
+        .and_where(time_slot::Column::DoctorId.eq(range.doctor_id))
+        .and_where(time_slot::Column::StartAt.gte(range.from))
+        .and_where(time_slot::Column::StartAt.lt(range.to))
+        .and_where(time_slot::Column::ClosedAt.is_null())
+        .order_by(time_slot::Column::Id, sea_orm::Order::Asc)
+        .lock(LockType::Update)
+        .to_owned();
+    let mut rows = time_slot::Entity::update_many()
+        .col_expr(time_slot::Column::ClosedAt, Expr::value(now))
+        .col_expr(time_slot::Column::ClosedReason, Expr::value(reason.map(str::to_owned)))
+        .col_expr(time_slot::Column::Version, Expr::col(time_slot::Column::Version).add(1))
+        .filter(time_slot::Column::Id.in_subquery(in_range))
+        .filter(time_slot::Column::ClosedAt.is_null())
+        .exec_with_returning(conn)
+        .await?;
+    rows.sort_unstable_by_key(|r| r.start_at);
+    Ok(rows)
 }
 
 /// [`available`] for many doctors' days in one PostgreSQL statement (each range an index range
@@ -167,13 +305,17 @@ pub async fn available_in_ranges_pg(
     ranges: &[DayRange],
     now: DateTime<Utc>,
 ) -> Result<Vec<Vec<time_slot::Model>>, StoreError> {
+    use super::rows::{decode_error, slot_at};
     use sqlx::Row;
-    const SQL: &str = "\
-        SELECT r.i, t.id, t.doctor_id, t.start_at, t.end_at, t.capacity, t.booked_count, t.version \
-        FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) WITH ORDINALITY AS r(doctor_id, from_at, to_at, i) \
+    const SQL: &str = concat!(
+        "SELECT r.i, ",
+        slot_columns!("t"),
+        " FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) WITH ORDINALITY AS r(doctor_id, from_at, to_at, i) \
         CROSS JOIN LATERAL (SELECT * FROM time_slot WHERE doctor_id = r.doctor_id AND start_at >= r.from_at \
-                            AND start_at < r.to_at AND start_at > $4 AND booked_count < capacity) AS t \
-        ORDER BY r.i, t.start_at";
+                            AND start_at < r.to_at AND start_at > $4 AND booked_count < capacity \
+                            AND closed_at IS NULL) AS t \
+        ORDER BY r.i, t.start_at"
+    );
     let query = sqlx::query(SQL)
         .bind(ranges.iter().map(|r| r.doctor_id).collect::<Vec<_>>())
         .bind(ranges.iter().map(|r| r.from).collect::<Vec<_>>())
@@ -189,24 +331,4 @@ pub async fn available_in_ranges_pg(
         list.push(slot_at(&row, 1)?);
     }
     Ok(lists)
-}
-
-/// The `time_slot` columns of `row` from position `at` on (id, doctor, start, end, capacity,
-/// booked, version).
-pub(crate) fn slot_at(row: &sqlx::postgres::PgRow, at: usize) -> Result<time_slot::Model, StoreError> {
-    use sqlx::Row;
-    Ok(time_slot::Model {
-        id: row.try_get(at).map_err(decode_error)?,
-        doctor_id: row.try_get(at + 1).map_err(decode_error)?,
-        start_at: row.try_get(at + 2).map_err(decode_error)?,
-        end_at: row.try_get(at + 3).map_err(decode_error)?,
-        capacity: row.try_get(at + 4).map_err(decode_error)?,
-        booked_count: row.try_get(at + 5).map_err(decode_error)?,
-        version: row.try_get(at + 6).map_err(decode_error)?,
-    })
-}
-
-/// A column that does not decode as expected: the schema and the code disagree.
-pub(crate) fn decode_error(e: sqlx::Error) -> StoreError {
-    StoreError::Inconsistent(format!("unexpected column: {e}"))
 }

@@ -133,7 +133,7 @@ mod tests {
     use chrono::Utc;
 
     fn change(doctor_id: i64, version: i64) -> SlotChange {
-        SlotChange { slot_id: 1, doctor_id, start_at: Utc::now(), capacity: 1, booked_count: 1, version }
+        SlotChange { slot_id: 1, doctor_id, start_at: Utc::now(), capacity: 1, booked_count: 1, version, closed: false }
     }
 
     #[tokio::test]

@@ -22,75 +22,20 @@ pub(crate) mod stream;
 
 use std::{sync::Arc, time::Duration};
 
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{NaiveDate, Utc};
 use futures_util::Stream;
-use serde::{Deserialize, Serialize};
 use tokio::{sync::watch, task::JoinHandle};
 
-pub use notifier::{LoggingNotifier, Notification, NotificationKind, Notifier, NotifyError};
+pub use notifier::{LoggingNotifier, Notification, Notifier, NotifyError};
 pub use relay::RelaySink;
 pub use stream::UPCOMING_WINDOW;
 
+pub use crate::model::{ChangeObserver, CommitSink, SlotChange};
+
 use crate::{
-    booking::{
-        read::{doctor_day, parse_arg_id},
-        ServiceError,
-    },
-    db::{doctors, entity::time_slot, Db, StoreError},
+    db::{doctors, Db, StoreError},
+    model::doctor_day,
 };
-
-/// A slot's state right after a committed change.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SlotChange {
-    /// The slot.
-    pub slot_id: i64,
-    /// Its doctor.
-    pub doctor_id: i64,
-    /// Its start.
-    pub start_at: DateTime<Utc>,
-    /// Its capacity.
-    pub capacity: i32,
-    /// Seats taken after the change.
-    pub booked_count: i32,
-    /// Version after the change; increases with every change.
-    pub version: i64,
-}
-
-impl SlotChange {
-    /// The change that left `slot` as it is.
-    pub fn from_slot(slot: &time_slot::Model) -> Self {
-        Self {
-            slot_id: slot.id,
-            doctor_id: slot.doctor_id,
-            start_at: slot.start_at,
-            capacity: slot.capacity,
-            booked_count: slot.booked_count,
-            version: slot.version,
-        }
-    }
-}
-
-/// Told about every committed slot change of this process, right after the commit.
-pub trait CommitSink: Send + Sync + 'static {
-    /// Called once per committed change; must not block.
-    fn committed(&self, change: SlotChange);
-}
-
-/// A bare bell (the booking service without live availability); instances use [`RelaySink`].
-impl CommitSink for tokio::sync::Notify {
-    fn committed(&self, _change: SlotChange) {
-        self.notify_one();
-    }
-}
-
-/// Told about every committed change that reaches this instance's bus (its own and, through
-/// Redis, every other instance's), e.g. to drop what was made of the slots before.
-pub trait ChangeObserver: Send + Sync + 'static {
-    /// A committed change of the doctor's slots arrived; must not block.
-    fn changed(&self, change: &SlotChange);
-    /// Changes may have been missed (Redis came back after an outage).
-    fn may_have_missed_changes(&self);
-}
 
 /// A failure inside the live-availability machinery; logged and retried, never shown to clients.
 #[derive(Debug, thiserror::Error)]
@@ -180,23 +125,22 @@ impl Live {
 
     /// `slotAvailability`: the current state of the doctor's slots of `date` (in the doctor's
     /// zone) or, without a date, of the slots starting in the next [`UPCOMING_WINDOW`]; then
-    /// each committed change of them. `INVALID_INPUT` for a malformed or unknown doctor id.
+    /// each committed change of them. `None` for an unknown doctor.
     pub async fn slot_availability(
         &self,
-        raw_doctor_id: &str,
+        doctor_id: i64,
         date: Option<NaiveDate>,
-    ) -> Result<impl Stream<Item = SlotChange> + Send + 'static, ServiceError> {
-        let doctor_id = parse_arg_id("doctorId", raw_doctor_id)?;
-        let doctor = doctors::find(self.reader.db().conn(), doctor_id)
-            .await?
-            .ok_or_else(|| ServiceError::invalid(&["doctorId"], "no doctor with this id"))?;
+    ) -> Result<Option<impl Stream<Item = SlotChange> + Send + 'static>, StoreError> {
+        let Some(doctor) = doctors::find(self.reader.db().conn(), doctor_id).await? else {
+            return Ok(None);
+        };
         let range = match date {
-            Some(date) => doctor_day(&doctor, date)?,
+            Some(date) => doctor_day(doctor.id, &doctor.timezone, date).map_err(StoreError::Inconsistent)?,
             None => stream::upcoming(doctor.id, Utc::now()),
         };
         // Listen before reading the snapshot: nothing falls between the two.
         let listener = self.bus.listen(doctor.id);
-        stream::open(stream::Watch { range }, listener, self.reader.clone()).await
+        Ok(Some(stream::open(stream::Watch { range }, listener, self.reader.clone()).await?))
     }
 
     /// Resolves when the instance starts stopping (WebSocket connections then close).

@@ -1,51 +1,26 @@
 //! Confirmations (SMS, e-mail) hang off the outbox too: the relay calls a [`Notifier`] for each
 //! committed booking or cancel it publishes, so nothing is ever confirmed that rolled back.
 
-use chrono::{DateTime, Utc};
+use crate::{db::entity::outbox, model::AppointmentEvent};
 
-use crate::db::entity::{appointment, outbox};
-
-/// What happened to an appointment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotificationKind {
-    /// A booking committed.
-    Booked,
-    /// A cancel committed.
-    Cancelled,
-}
-
-/// One committed booking or cancel, as a confirmation sender needs it. The appointment id is
-/// the idempotency key for providers: delivery is at least once (a relay that crashes after
-/// notifying but before pruning the row notifies again).
+/// One committed appointment event, as a sender of messages needs it. Delivery is at least
+/// once (a relay that crashes after notifying but before pruning the row notifies again): the
+/// outbox row id tells repeats apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Notification {
-    /// Booked or cancelled.
-    pub kind: NotificationKind,
+    /// The outbox row it came from.
+    pub outbox_id: i64,
+    /// What happened.
+    pub event: AppointmentEvent,
     /// The appointment (look the patient's contact up by it).
     pub appointment_id: i64,
-    /// Its slot.
-    pub slot_id: i64,
-    /// The slot's doctor.
-    pub doctor_id: i64,
-    /// The slot's start.
-    pub start_at: DateTime<Utc>,
 }
 
 impl Notification {
-    /// The notification an outbox row stands for; `None` for kinds that notify nobody.
+    /// The notification an outbox row stands for; `None` for a row that only changes a slot.
     pub fn from_row(row: &outbox::Model) -> Option<Self> {
-        let kind = match row.kind.as_str() {
-            appointment::BOOKED => NotificationKind::Booked,
-            appointment::CANCELLED => NotificationKind::Cancelled,
-            _ => return None,
-        };
-        Some(Self {
-            kind,
-            appointment_id: row.appointment_id,
-            slot_id: row.slot_id,
-            doctor_id: row.doctor_id,
-            start_at: row.start_at,
-        })
+        let (event, appointment_id) = row.event()?;
+        Some(Self { outbox_id: row.id, event, appointment_id })
     }
 }
 
@@ -74,11 +49,8 @@ pub struct LoggingNotifier;
 impl Notifier for LoggingNotifier {
     async fn notify(&self, n: &Notification) -> Result<(), NotifyError> {
         tracing::debug!(
-            kind = ?n.kind,
+            event = n.event.as_str(),
             appointment = n.appointment_id,
-            slot = n.slot_id,
-            doctor = n.doctor_id,
-            start_at = %n.start_at,
             "confirmation (logging notifier: nothing sent)"
         );
         Ok(())

@@ -159,7 +159,7 @@ mod tests {
     use crate::events::bus::{Listener, Note};
 
     fn change(slot_id: i64, version: i64) -> SlotChange {
-        SlotChange { slot_id, doctor_id: 7, start_at: Utc::now(), capacity: 2, booked_count: 1, version }
+        SlotChange { slot_id, doctor_id: 7, start_at: Utc::now(), capacity: 2, booked_count: 1, version, closed: false }
     }
 
     fn versions(listener: &mut Listener) -> Vec<i64> {

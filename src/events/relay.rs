@@ -140,7 +140,7 @@ impl Relay {
 
     /// Publishes the changes, then sends the confirmations.
     async fn deliver(&mut self, rows: &[outbox_row::Model]) -> Result<(), EventsError> {
-        self.publisher.publish(rows.iter().map(change_of).collect()).await?;
+        self.publisher.publish(rows.iter().filter_map(outbox_row::Model::slot_change).collect()).await?;
         for n in rows.iter().filter_map(Notification::from_row) {
             if let Err(error) = self.notifier.notify(&n).await {
                 // Live availability does not wait for a confirmation provider.
@@ -153,15 +153,4 @@ impl Relay {
 
 fn ids(rows: &[outbox_row::Model]) -> Vec<i64> {
     rows.iter().map(|r| r.id).collect()
-}
-
-fn change_of(row: &outbox_row::Model) -> SlotChange {
-    SlotChange {
-        slot_id: row.slot_id,
-        doctor_id: row.doctor_id,
-        start_at: row.start_at,
-        capacity: row.capacity,
-        booked_count: row.booked_count,
-        version: row.version,
-    }
 }

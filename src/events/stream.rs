@@ -31,8 +31,8 @@ use super::{
     SlotChange,
 };
 use crate::{
-    booking::ServiceError,
-    db::{slots, slots::DayRange, Db, StoreError},
+    db::{slots, Db, StoreError},
+    model::DayRange,
 };
 
 /// How long a finished re-read stays joinable (by subscriptions still catching up on the same
@@ -85,7 +85,7 @@ impl SnapshotReader {
         // The semaphore is never closed; a closed one would only skip the queue.
         let _permit = self.permits.acquire().await.ok();
         let rows = slots::in_ranges(self.db.conn(), &[range]).await?;
-        Ok(rows.iter().map(SlotChange::from_slot).collect())
+        Ok(rows.iter().map(SlotChange::from).collect())
     }
 
     /// The slots of `range` as of some moment after `since`; `None` if the read failed (logged).
@@ -186,7 +186,7 @@ pub(super) async fn open(
     watch: Watch,
     listener: Listener,
     reader: SnapshotReader,
-) -> Result<impl Stream<Item = SlotChange> + Send + 'static, ServiceError> {
+) -> Result<impl Stream<Item = SlotChange> + Send + 'static, StoreError> {
     let mut sub = Subscription {
         watch,
         listener,
@@ -295,7 +295,7 @@ mod tests {
     use super::*;
 
     fn change(slot_id: i64, version: i64) -> SlotChange {
-        SlotChange { slot_id, doctor_id: 1, start_at: Utc::now(), capacity: 3, booked_count: 1, version }
+        SlotChange { slot_id, doctor_id: 1, start_at: Utc::now(), capacity: 3, booked_count: 1, version, closed: false }
     }
 
     #[tokio::test]

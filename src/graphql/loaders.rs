@@ -4,11 +4,13 @@ use std::{collections::HashMap, sync::Arc};
 
 use async_graphql::dataloader::{DataLoader, Loader};
 
-use crate::db::{
-    doctors,
-    entity::{doctor, time_slot},
-    slots::{self, DayRange},
-    Db, StoreError,
+use crate::{
+    db::{
+        doctors,
+        entity::{doctor, time_slot},
+        slots, Db, StoreError,
+    },
+    model::DayRange,
 };
 
 /// Loads doctors by id (`Slot.doctor`).

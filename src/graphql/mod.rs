@@ -13,16 +13,27 @@ pub mod types;
 
 use async_graphql::{
     parser::types::{ExecutableDocument, OperationDefinition},
-    Schema, ValidationMode,
+    MergedObject, Schema, ValidationMode,
 };
 
 pub use context::RequestContext;
 pub use loaders::Loaders;
-pub use mutation::MutationRoot;
-pub use query::QueryRoot;
+pub use mutation::BookingMutation;
+pub use query::BookingQuery;
 pub use subscription::{SubscriptionExecutor, SubscriptionRoot};
 
 use crate::booking::BookingService;
+
+// Each part of the domain contributes its own object, in its own file.
+/// Read operations.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Query")]
+pub struct QueryRoot(BookingQuery);
+
+/// Write operations.
+#[derive(MergedObject, Default)]
+#[graphql(name = "Mutation")]
+pub struct MutationRoot(BookingMutation);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -51,7 +62,7 @@ fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationM
     // No per-field tracing extension: the request's span (operation name, request id) is made
     // in `http::graphql`, and a span around every resolved field cost about a tenth of the CPU
     // of a slot list (40 slots × 3 fields).
-    let mut builder = Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
+    let mut builder = Schema::build(QueryRoot::default(), MutationRoot::default(), SubscriptionRoot)
         .limit_depth(limits.depth)
         .limit_complexity(limits.complexity)
         .validation_mode(mode);

@@ -1,4 +1,4 @@
-//! The `Mutation` root: thin resolvers over [`BookingService`].
+//! The booking part of the `Mutation` root: thin resolvers over [`BookingService`].
 
 use async_graphql::{Context, Object, Result, ID};
 
@@ -12,11 +12,12 @@ use super::{
 };
 use crate::booking::{BookRequest, BookingService, NewDoctor, PublishRequest};
 
-/// Write operations.
-pub struct MutationRoot;
+/// Write operations on doctors, schedules and appointments.
+#[derive(Default)]
+pub struct BookingMutation;
 
-#[Object(name = "Mutation")]
-impl MutationRoot {
+#[Object]
+impl BookingMutation {
     /// Creates a doctor. Admins only.
     async fn create_doctor(&self, ctx: &Context<'_>, input: CreateDoctorInput) -> Result<Doctor> {
         let new = NewDoctor { name: input.name, specialty: input.specialty, timezone: input.timezone };

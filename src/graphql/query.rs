@@ -1,4 +1,4 @@
-//! The `Query` root: thin resolvers over [`BookingService`].
+//! The booking part of the `Query` root: thin resolvers over [`BookingService`].
 
 use async_graphql::{
     connection::{Connection, Edge},
@@ -13,11 +13,12 @@ use super::{
 };
 use crate::booking::{BookingService, ServiceError};
 
-/// Read operations.
-pub struct QueryRoot;
+/// Reads of doctors, slots and appointments.
+#[derive(Default)]
+pub struct BookingQuery;
 
-#[Object(name = "Query")]
-impl QueryRoot {
+#[Object]
+impl BookingQuery {
     /// Doctors by id, `first` (0–100, default 20) after the cursor `after`.
     async fn doctors(
         &self,

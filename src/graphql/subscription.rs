@@ -26,8 +26,16 @@ use async_graphql::{
 };
 use futures_util::{Stream, StreamExt};
 
-use super::{error::IntoGraphql, scalars::Date, types::SlotAvailabilityEvent, AppSchema, QueryLimits};
-use crate::events::{Live, SlotChange};
+use super::{
+    error::{to_graphql, IntoGraphql},
+    scalars::Date,
+    types::SlotAvailabilityEvent,
+    AppSchema, QueryLimits,
+};
+use crate::{
+    booking::{read::parse_arg_id, ServiceError},
+    events::{Live, SlotChange},
+};
 
 /// Live operations.
 pub struct SubscriptionRoot;
@@ -44,8 +52,22 @@ impl SubscriptionRoot {
         doctor_id: ID,
         date: Option<Date>,
     ) -> Result<impl Stream<Item = SlotAvailabilityEvent>> {
-        let changes = ctx.data::<Live>()?.slot_availability(&doctor_id, date.map(|d| d.0)).await.gql()?;
+        let changes = open(ctx, &doctor_id, date).await?;
         Ok(changes.map(|c| SlotAvailabilityEvent::from(&c)))
+    }
+}
+
+/// Opens the live changes of a doctor's slots (`INVALID_INPUT` for a malformed or unknown id).
+async fn open(
+    ctx: &Context<'_>,
+    raw_doctor_id: &str,
+    date: Option<Date>,
+) -> Result<impl Stream<Item = SlotChange> + Send + 'static> {
+    let doctor_id = parse_arg_id("doctorId", raw_doctor_id).gql()?;
+    let opened = ctx.data::<Live>()?.slot_availability(doctor_id, date.map(|d| d.0)).await;
+    match opened.map_err(ServiceError::from).gql()? {
+        Some(changes) => Ok(changes),
+        None => Err(to_graphql(ServiceError::invalid(&["doctorId"], "no doctor with this id"))),
     }
 }
 
@@ -259,7 +281,7 @@ impl RenderRoot {
         match ctx.data::<RenderInput>()? {
             RenderInput::Change(c) => Ok(SlotAvailabilityEvent::from(c)),
             RenderInput::Open(cell) => {
-                let changes = ctx.data::<Live>()?.slot_availability(&doctor_id, date.map(|d| d.0)).await.gql()?;
+                let changes = open(ctx, &doctor_id, date).await?;
                 *cell.lock().unwrap_or_else(PoisonError::into_inner) = Some(changes.boxed());
                 // Discarded: the opening only validates and opens.
                 Ok(SlotAvailabilityEvent::from(&SlotChange::default()))

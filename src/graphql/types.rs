@@ -176,6 +176,8 @@ pub enum UserErrorCode {
     InvalidInput,
     /// No such appointment, or not one the caller may see.
     AppointmentNotFound,
+    /// The patient holds another active appointment overlapping this one in time.
+    OverlappingAppointment,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -188,6 +190,7 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::IdempotencyKeyReused => Self::IdempotencyKeyReused,
             RefusalCode::InvalidInput => Self::InvalidInput,
             RefusalCode::AppointmentNotFound => Self::AppointmentNotFound,
+            RefusalCode::OverlappingAppointment => Self::OverlappingAppointment,
         }
     }
 }

@@ -30,7 +30,7 @@ use std::{
 use axum::body::Bytes;
 use chrono::{DateTime, Utc};
 
-use crate::events::{ChangeObserver, SlotChange};
+use crate::model::{ChangeObserver, SlotChange};
 
 /// Total bytes of answers kept; past it, expired ones are swept and, if that is not enough,
 /// arbitrary ones until a quarter is free (a flood of distinct requests costs memory up to

@@ -208,6 +208,9 @@ fn decode(bytes: &[u8]) -> Result<Vec<time_slot::Model>, GuardError> {
                 capacity: i32_at(c, 32)?,
                 booked_count: i32_at(c, 36)?,
                 version: i64_at(c, 40)?,
+                // Only open slots are listed (and cached).
+                closed_at: None,
+                closed_reason: None,
             })
         })
         .collect()
@@ -227,6 +230,8 @@ mod tests {
             capacity: 2_000_000_000,
             booked_count: 3,
             version: 9,
+            closed_at: None,
+            closed_reason: None,
         }
     }
 

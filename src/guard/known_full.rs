@@ -189,6 +189,8 @@ mod tests {
             capacity: 1,
             booked_count: 1,
             version,
+            closed_at: None,
+            closed_reason: None,
         }
     }
 

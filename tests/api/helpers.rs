@@ -277,10 +277,14 @@ impl TestApp {
             .collect()
     }
 
-    /// A doctor with one slot tomorrow of this capacity; returns (doctor id, slot id).
+    /// A doctor with one 15-minute slot of this capacity tomorrow; returns (doctor id, slot id).
+    /// Each call takes the next quarter hour of the day (00:00, 00:15, …), so one patient may
+    /// book the slots of several calls without them overlapping.
     pub(crate) async fn doctor_with_slot(&self, capacity: i32) -> (String, String) {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let start = (NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 96) * 15;
         let doctor = self.create_doctor("UTC").await;
-        let slots = self.publish(&doctor, &tomorrow(), "09:00", "09:15", 15, capacity).await;
+        let slots = self.publish(&doctor, &tomorrow(), &clock(start), &clock(start + 15), 15, capacity).await;
         (doctor, slots[0].clone())
     }
 
@@ -310,13 +314,17 @@ impl TestApp {
         self.db.statements_executed()
     }
 
-    /// Checks, in the database, that every slot's `booked_count` equals its BOOKED appointments
-    /// and stays within capacity.
+    /// Checks, in the database, that every slot's `booked_count` equals the active appointments
+    /// taking a seat in it and stays within capacity.
     pub(crate) async fn assert_counts_consistent(&self) {
         use sea_orm::{ConnectionTrait, Statement};
+        // A seat is taken by each active (HELD or BOOKED) appointment in its first slot and, for
+        // a longer one, in each of its further slots.
         let sql = "SELECT COUNT(*) AS bad FROM time_slot s \
                    WHERE s.booked_count > s.capacity OR s.booked_count < 0 OR s.booked_count <> \
-                   (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status = 'BOOKED')";
+                   (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status IN ('HELD', 'BOOKED')) + \
+                   (SELECT COUNT(*) FROM appointment_slot x JOIN appointment a ON a.id = x.appointment_id \
+                    WHERE x.slot_id = s.id AND a.status IN ('HELD', 'BOOKED'))";
         let conn = self.db.conn();
         let row = conn
             .query_one_raw(Statement::from_string(conn.get_database_backend(), sql))
@@ -374,6 +382,11 @@ pub(crate) fn doctor(doctor_id: &str) -> String {
 /// A token signed with our secret but already expired.
 pub(crate) fn expired_admin() -> String {
     token("admin", "admin-1", None, -60)
+}
+
+/// `HH:MM` of a minute of the day, `24:00` for its end.
+pub(crate) fn clock(minute: u32) -> String {
+    format!("{:02}:{:02}", minute / 60, minute % 60)
 }
 
 /// Tomorrow's date (UTC), `YYYY-MM-DD`.

@@ -70,9 +70,12 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
     let patient = Caller { sub: "7".into(), role: Role::Patient, patient_id: Some(7), doctor_id: None };
 
     let mut costs = Vec::new();
+    let mut hour = 0;
     for n in [2usize, 12] {
-        // n more appointments for patient 7, each with its own doctor.
+        // n more appointments for patient 7, each with its own doctor, at hours of their own
+        // (a patient's appointments never overlap).
         for _ in 0..n / 2 {
+            hour += 1;
             let doctor = service
                 .create_doctor(
                     &admin,
@@ -86,8 +89,8 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
                     clinic_booking::booking::PublishRequest {
                         doctor_id: doctor.id.to_string(),
                         date: chrono::Utc::now().date_naive() + chrono::Days::new(1),
-                        start_time: "09:00".into(),
-                        end_time: "09:30".into(),
+                        start_time: format!("{hour:02}:00"),
+                        end_time: format!("{hour:02}:30"),
                         slot_minutes: Some(15),
                         capacity: Some(1),
                     },

@@ -249,8 +249,8 @@ async fn filters_by_doctor_and_by_day_in_the_doctors_zone() {
     assert_eq!(key(&ws.event("d").await).0, today_slots[0], "only that local day's slot");
 
     app.book(&patient(1), &other_day[0], "x", None).await;
-    app.book(&patient(1), &other_slot, "y", None).await;
-    app.book(&patient(1), &today_slots[0], "z", None).await;
+    app.book(&patient(2), &other_slot, "y", None).await;
+    app.book(&patient(3), &today_slots[0], "z", None).await;
     assert_eq!(key(&ws.event("d").await), (today_slots[0].clone(), 1, 1), "other days and doctors filtered out");
 }
 
@@ -281,7 +281,9 @@ async fn a_row_left_in_the_outbox_still_goes_out() {
     let mut model = clinic_booking::db::slots::find(app.db.conn(), slot_id).await.expect("read").expect("slot");
     model.version = 7;
     model.booked_count = 2;
-    clinic_booking::db::outbox::record(app.db.conn(), "BOOKED", 1, &model, chrono::Utc::now()).await.expect("row");
+    clinic_booking::db::outbox::record(app.db.conn(), "SLOT", None, Some(&model), chrono::Utc::now())
+        .await
+        .expect("row");
     assert_eq!(key(&ws.event("o").await), (slot, 7, 2));
 }
 

@@ -1,11 +1,17 @@
-//! `appointment`: a seat in a slot held by a patient.
+//! `appointment`: a seat (or a run of seats) held by a patient, and where it is in its life.
 
 use sea_orm::entity::prelude::*;
 
-/// Status value of an active appointment.
+use crate::model::AppointmentStatus;
+
+/// Stored status of a held seat (see [`AppointmentStatus`]).
+pub const HELD: &str = "HELD";
+/// Stored status of a booked seat.
 pub const BOOKED: &str = "BOOKED";
-/// Status value of a cancelled appointment.
+/// Stored status of a cancelled appointment.
 pub const CANCELLED: &str = "CANCELLED";
+/// Stored status of a hold that ran out.
+pub const EXPIRED: &str = "EXPIRED";
 
 /// One appointment row.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -14,22 +20,48 @@ pub struct Model {
     /// Primary key.
     #[sea_orm(primary_key)]
     pub id: i64,
-    /// The slot.
+    /// The first slot (the only one, unless `slot_count` > 1).
     pub slot_id: i64,
     /// The patient holding the seat.
     pub patient_id: i64,
-    /// `BOOKED` or `CANCELLED`.
+    /// `HELD`, `BOOKED`, `CANCELLED` or `EXPIRED`.
     pub status: String,
-    /// Scope (`role:sub`) of the caller who booked it.
+    /// Scope (`role:sub`) of the caller whose request made this row; its idempotency key is
+    /// scoped by it.
     pub booked_by: String,
     /// The caller's idempotency key.
     pub idempotency_key: String,
-    /// Fingerprint of the booking request, to tell a retry from a reused key.
+    /// Fingerprint of the request, to tell a retry from a reused key.
     pub request_hash: String,
-    /// When it was booked.
+    /// When it was made.
     pub created_at: DateTimeUtc,
     /// When it was cancelled.
     pub cancelled_at: Option<DateTimeUtc>,
+    /// Start of its first slot.
+    pub start_at: DateTimeUtc,
+    /// End of its last slot.
+    pub end_at: DateTimeUtc,
+    /// How many consecutive slots it takes a seat in.
+    pub slot_count: i32,
+    /// Until when a hold keeps its seat (set while `HELD`, kept on `EXPIRED`).
+    pub expires_at: Option<DateTimeUtc>,
+    /// `PATIENT`, `PARTNER` or `CLINIC`, for a cancelled appointment.
+    pub cancelled_by: Option<String>,
+    /// The appointment this one replaced.
+    pub rescheduled_from: Option<i64>,
+    /// The appointment that replaced this one.
+    pub rescheduled_to: Option<i64>,
+    /// `booked_by` of the appointment a reschedule chain started from, when someone else
+    /// rescheduled it (a partner keeps seeing what it booked).
+    pub first_booked_by: Option<String>,
+}
+
+impl Model {
+    /// The status as a value; a word the code does not know reads as cancelled (it takes no
+    /// seat, and the CHECK constraint makes it impossible anyway).
+    pub fn status(&self) -> AppointmentStatus {
+        AppointmentStatus::parse(&self.status).unwrap_or(AppointmentStatus::Cancelled)
+    }
 }
 
 /// No relations are navigated through sea-orm; queries join explicitly.

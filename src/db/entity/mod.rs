@@ -2,6 +2,7 @@
 //! are separate (`crate::graphql::types`), so a new column never leaks into the API.
 
 pub mod appointment;
+pub mod appointment_slot;
 pub mod doctor;
 pub mod outbox;
 pub mod time_slot;

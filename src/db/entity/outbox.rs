@@ -1,32 +1,58 @@
-//! `outbox`: side effects of committed bookings and cancels, waiting for the relay.
+//! `outbox`: side effects of committed changes, waiting for the relay. A row carries a slot's
+//! state after a change (for live availability), an appointment event (for messages to the
+//! patient and partners), or both.
 
 use sea_orm::entity::prelude::*;
 
-/// One pending event: the slot's state right after the change, and what changed it.
+use crate::model::{AppointmentEvent, SlotChange};
+
+/// One pending event.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
 #[sea_orm(table_name = "outbox")]
 pub struct Model {
     /// Primary key; also the publishing order.
     #[sea_orm(primary_key)]
     pub id: i64,
-    /// `BOOKED` or `CANCELLED`.
+    /// An [`AppointmentEvent`] word, or [`crate::model::SLOT_ONLY`] for a slot change alone.
     pub kind: String,
-    /// The appointment that changed.
-    pub appointment_id: i64,
-    /// The slot that changed.
-    pub slot_id: i64,
+    /// The appointment the event is about.
+    pub appointment_id: Option<i64>,
+    /// The slot that changed (none for an event that changes no slot: a confirm).
+    pub slot_id: Option<i64>,
     /// The slot's doctor.
-    pub doctor_id: i64,
+    pub doctor_id: Option<i64>,
     /// The slot's start.
-    pub start_at: DateTimeUtc,
+    pub start_at: Option<DateTimeUtc>,
     /// The slot's capacity.
-    pub capacity: i32,
+    pub capacity: Option<i32>,
     /// The slot's booked count after the change.
-    pub booked_count: i32,
+    pub booked_count: Option<i32>,
     /// The slot's version after the change.
-    pub version: i64,
+    pub version: Option<i64>,
     /// When the change committed (about).
     pub created_at: DateTimeUtc,
+    /// Whether the slot is closed after the change.
+    pub slot_closed: Option<bool>,
+}
+
+impl Model {
+    /// The slot change the row carries, if any.
+    pub fn slot_change(&self) -> Option<SlotChange> {
+        Some(SlotChange {
+            slot_id: self.slot_id?,
+            doctor_id: self.doctor_id?,
+            start_at: self.start_at?,
+            capacity: self.capacity?,
+            booked_count: self.booked_count?,
+            version: self.version?,
+            closed: self.slot_closed.unwrap_or(false),
+        })
+    }
+
+    /// The appointment event the row carries, if any.
+    pub fn event(&self) -> Option<(AppointmentEvent, i64)> {
+        Some((AppointmentEvent::parse(&self.kind)?, self.appointment_id?))
+    }
 }
 
 /// No relations.
