@@ -10,7 +10,7 @@ use crate::{
     booking::BookingService,
     config::Config,
     db::{Db, PoolSettings, StoreError},
-    events::{Live, LiveSettings, LiveTasks, LoggingNotifier},
+    events::{Live, LiveSettings, LiveTasks},
     graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
@@ -80,7 +80,7 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
-                notifier: Arc::new(LoggingNotifier),
+                follow_ups: Vec::new(),
                 // Other instances' commits reach the rendered answers through the bus.
                 observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },

@@ -168,11 +168,6 @@ impl Db {
         }
     }
 
-    /// Counts and times a statement run through [`Db::pg_pool`].
-    pub(crate) fn counted(&self, elapsed: Duration, failed: bool) {
-        count_statement(&self.statements, elapsed, failed);
-    }
-
     /// Statements run so far through this pool.
     pub fn statements_executed(&self) -> u64 {
         self.statements.load(Ordering::Relaxed)

@@ -5,9 +5,10 @@
 //!
 //! 1. a booking or cancel writes an outbox row in its own transaction and, after the commit,
 //!    rings the [`RelaySink`] (the booking service's [`CommitSink`]);
-//! 2. the `relay` of that instance (or any instance's, polling) claims the row, publishes it
-//!    (Redis `PUBLISH {prefix}:slots`, or straight to the bus without Redis), calls the
-//!    [`Notifier`] and deletes the row;
+//! 2. the `relay` of that instance (or any instance's, polling) claims the row, publishes its
+//!    slot change (Redis `PUBLISH {prefix}:slots`, or straight to the bus without Redis),
+//!    hands its appointment event to every [`FollowUp`] (messages, webhooks) and deletes the
+//!    row, the last two in one transaction;
 //! 3. each instance's single Redis subscriber (`pubsub`) hands it to the in-process bus
 //!    (`bus`: one broadcast topic per doctor);
 //! 4. each subscription (`stream`) filters by its doctor and date, coalesces what its client
@@ -15,7 +16,7 @@
 
 mod backoff;
 pub(crate) mod bus;
-pub mod notifier;
+pub mod follow_up;
 pub(crate) mod pubsub;
 pub(crate) mod relay;
 pub(crate) mod stream;
@@ -26,7 +27,7 @@ use chrono::{NaiveDate, Utc};
 use futures_util::Stream;
 use tokio::{sync::watch, task::JoinHandle};
 
-pub use notifier::{LoggingNotifier, Notification, Notifier, NotifyError};
+pub use follow_up::{FollowUp, Notification};
 pub use relay::RelaySink;
 pub use stream::UPCOMING_WINDOW;
 
@@ -68,8 +69,8 @@ pub struct LiveSettings {
     pub gather: Duration,
     /// Subscriptions reading their snapshot from the database at once.
     pub snapshot_concurrency: usize,
-    /// Who sends confirmations of committed bookings and cancels.
-    pub notifier: Arc<dyn Notifier>,
+    /// Who records the messages and deliveries that committed appointment events call for.
+    pub follow_ups: Vec<Arc<dyn FollowUp>>,
     /// Told about every change that reaches the bus, before the subscriptions are.
     pub observer: Option<Arc<dyn ChangeObserver>>,
 }
@@ -114,7 +115,7 @@ impl Live {
         let relay = relay::Relay {
             db: db.clone(),
             publisher,
-            notifier: settings.notifier,
+            follow_ups: settings.follow_ups,
             poll_interval: settings.poll_interval,
             gather: settings.gather,
         };

@@ -1,5 +1,5 @@
-//! The outbox relay: publishes the outbox rows written by committed bookings and cancels, calls
-//! the notifier for them, and prunes them.
+//! The outbox relay: publishes the slot changes of the outbox rows written by committed
+//! changes, records the follow-up work of their appointment events, and prunes them.
 //!
 //! Every instance runs one. It is woken by its own commits (no polling delay on the hot path)
 //! and polls as a fallback, so rows of a crashed instance, or rows left while Redis was down,
@@ -10,13 +10,12 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sea_orm::DbBackend;
 use tokio::sync::{watch, Notify};
 
 use super::{
     backoff::Backoff,
     bus::Bus,
-    notifier::{Notification, Notifier},
+    follow_up::{FollowUp, Notification},
     pubsub::RedisPublisher,
     CommitSink, EventsError, SlotChange,
 };
@@ -75,7 +74,8 @@ impl Publisher {
 pub(super) struct Relay {
     pub(super) db: Db,
     pub(super) publisher: Publisher,
-    pub(super) notifier: Arc<dyn Notifier>,
+    /// Who records the messages and deliveries the events call for.
+    pub(super) follow_ups: Vec<Arc<dyn FollowUp>>,
     pub(super) poll_interval: Duration,
     /// How long a pass waits after a commit rang, so that it carries the changes of the commits
     /// that follow it closely.
@@ -112,45 +112,24 @@ impl Relay {
         Ok(())
     }
 
-    /// Claims, publishes, notifies and prunes one batch; returns how many rows it took.
+    /// Claims, publishes, records the follow-up work of and prunes one batch; returns how many
+    /// rows it took. A failure at any step drops the claim: its rows wait for the next pass.
     async fn pass(&mut self) -> Result<usize, EventsError> {
-        let taken = if self.db.backend() == DbBackend::Postgres {
-            let Some(claimed) = outbox::claim_pg(&self.db, CLAIM_BATCH).await? else {
-                return Ok(0);
-            };
-            // A failure from here on drops the claim: the rollback releases the rows for a retry.
-            self.deliver(&claimed.rows).await?;
-            let taken = claimed.rows.len();
-            claimed.release().await?;
-            taken
-        } else {
-            // SQLite serves one process: no other relay competes for the rows, and holding a
-            // read transaction across the publish would only make its upgrade to a write fail.
-            let rows = outbox::oldest(self.db.conn(), CLAIM_BATCH).await?;
-            if rows.is_empty() {
-                return Ok(0);
-            }
-            self.deliver(&rows).await?;
-            outbox::delete(self.db.conn(), &ids(&rows)).await?;
-            rows.len()
+        let Some(mut claimed) = outbox::claim(&self.db, CLAIM_BATCH).await? else {
+            return Ok(0);
         };
+        // Live availability first: it does not wait for the follow-up work.
+        self.publisher.publish(claimed.rows.iter().filter_map(outbox_row::Model::slot_change).collect()).await?;
+        let events: Vec<Notification> = claimed.rows.iter().filter_map(Notification::from_row).collect();
+        if !events.is_empty() && !self.follow_ups.is_empty() {
+            let tx = claimed.transaction().await?;
+            for follow_up in &self.follow_ups {
+                follow_up.record(tx, &events).await?;
+            }
+        }
+        let taken = claimed.rows.len();
+        claimed.commit().await?;
         metrics::counter!("outbox_published_total").increment(taken as u64);
         Ok(taken)
     }
-
-    /// Publishes the changes, then sends the confirmations.
-    async fn deliver(&mut self, rows: &[outbox_row::Model]) -> Result<(), EventsError> {
-        self.publisher.publish(rows.iter().filter_map(outbox_row::Model::slot_change).collect()).await?;
-        for n in rows.iter().filter_map(Notification::from_row) {
-            if let Err(error) = self.notifier.notify(&n).await {
-                // Live availability does not wait for a confirmation provider.
-                tracing::warn!(%error, appointment = n.appointment_id, "notifier failed");
-            }
-        }
-        Ok(())
-    }
-}
-
-fn ids(rows: &[outbox_row::Model]) -> Vec<i64> {
-    rows.iter().map(|r| r.id).collect()
 }
