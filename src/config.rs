@@ -127,6 +127,8 @@ pub struct Config {
     pub ws_init_timeout: Duration,
     /// Most operations running at once on one WebSocket (`WS_MAX_SUBSCRIPTIONS`, default 100).
     pub ws_max_subscriptions: usize,
+    /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
+    pub hold_ttl: Duration,
 }
 
 /// A setting that could not be used, with the variable's name and why.
@@ -295,6 +297,11 @@ impl Config {
                 1,
                 "WS_MAX_SUBSCRIPTIONS",
             )?,
+            hold_ttl: Duration::from_secs(at_least(
+                parse(&get, "HOLD_TTL_SECS", Some(600), "a number of seconds")?,
+                1,
+                "HOLD_TTL_SECS",
+            )?),
         })
     }
 
@@ -381,6 +388,8 @@ mod tests {
             ("BOOKING_QUEUE_TIMEOUT_MS", "0"),
             ("REDIS_TIMEOUT_MS", "0"),
             ("DB_STATEMENT_TIMEOUT_MS", "50"),
+            ("HOLD_TTL_SECS", "0"),
+            ("HOLD_TTL_SECS", "10m"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }

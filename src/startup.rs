@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
-    booking::BookingService,
+    booking::{BookingService, ExpiryJob, EXPIRY_INTERVAL},
     config::Config,
     db::{Db, PoolSettings, StoreError},
     events::{Live, LiveSettings, LiveTasks},
@@ -40,6 +40,31 @@ pub struct Application {
     state: AppState,
     /// The outbox relay and Redis subscriber: they stop with the server, or when this is dropped.
     live_tasks: LiveTasks,
+    /// The domain's own background jobs (hold expiry).
+    jobs: Jobs,
+}
+
+/// Background jobs that stop with the server: told by the watch, then awaited briefly.
+struct Jobs {
+    stop: tokio::sync::watch::Sender<bool>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Jobs {
+    async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        for handle in std::mem::take(&mut self.handles) {
+            if tokio::time::timeout(Duration::from_secs(5), handle).await.is_err() {
+                tracing::warn!("a background job did not stop in time");
+            }
+        }
+    }
+}
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
 }
 
 impl Application {
@@ -86,7 +111,9 @@ impl Application {
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
+        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard)).with_hold_ttl(config.hold_ttl);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let jobs = Jobs { handles: vec![ExpiryJob::start(service.clone(), EXPIRY_INTERVAL, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let schema = build_schema(limits, Some(service.clone()));
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
@@ -106,7 +133,7 @@ impl Application {
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { listener, addr, state, live_tasks })
+        Ok(Self { listener, addr, state, live_tasks, jobs })
     }
 
     /// The bound address.
@@ -126,10 +153,11 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks } = self;
+        let Self { listener, addr, state, live_tasks, jobs } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
+        jobs.shutdown().await;
         live_tasks.shutdown().await;
         served
     }

@@ -45,6 +45,25 @@ pub enum StoreError {
     Inconsistent(String),
 }
 
+impl StoreError {
+    /// Whether the database aborted the statement to break a deadlock or a serialization
+    /// conflict (PostgreSQL `40P01`/`40001`), or found the database busy (SQLite): running the
+    /// whole transaction again is safe and likely to succeed.
+    pub fn is_transient(&self) -> bool {
+        let sqlx_error = match self {
+            StoreError::Db(DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e)))
+            | StoreError::Db(DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
+            | StoreError::Db(DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e))) => e.as_ref(),
+            StoreError::Connect(e) => e,
+            _ => return false,
+        };
+        let Some(db_error) = sqlx_error.as_database_error() else {
+            return false;
+        };
+        matches!(db_error.code().as_deref(), Some("40P01" | "40001" | "5" | "6" | "517" | "261" | "262"))
+    }
+}
+
 /// Settings of the connection pool.
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
