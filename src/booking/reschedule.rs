@@ -104,14 +104,16 @@ impl BookingService {
         let old_slots = old_slots.get(&old.id).cloned().unwrap_or_default();
         let new_ids: Vec<i64> = run.iter().map(|s| s.id).collect();
         // Slots' times never change, and a closed slot never opens again: these refusals need
-        // no transaction. Moving into a slot it already holds is `ALREADY_BOOKED`.
+        // no transaction. Moving to where it already is (the same first slot) is
+        // `ALREADY_BOOKED`; a longer appointment may shift onto part of its own run, whose
+        // seats the move gives back and takes again.
         if run.iter().any(|s| s.start_at <= now) {
             return Ok(Err(Refusal::slot_in_past()));
         }
         if run.iter().any(|s| s.closed_at.is_some()) {
             return Ok(Err(Refusal::slot_closed()));
         }
-        if new_ids.iter().any(|id| old_slots.contains(id)) {
+        if new_slot_id == old.slot_id {
             return Ok(Err(Refusal::already_booked()));
         }
         let by = cancelled_by(caller);

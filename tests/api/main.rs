@@ -9,6 +9,7 @@ mod burst;
 mod direct;
 mod helpers;
 mod http;
+mod lifecycle;
 mod queries;
 mod races;
 mod roles;
