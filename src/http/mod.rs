@@ -1,5 +1,6 @@
 //! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness and metrics.
 
+mod cors;
 mod graphql;
 mod health;
 mod metrics;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub redis: Option<redis::Client>,
     /// Runs GraphQL over WebSocket (subscriptions to live availability rendered once per event).
     pub subscriptions: crate::graphql::SubscriptionExecutor,
+    /// Origins whose pages may call the API (CORS) and open WebSockets.
+    pub origins: crate::config::AllowedOrigins,
 }
 
 /// Limits of the HTTP layer.
@@ -61,8 +64,10 @@ type Shared = State<Arc<AppState>>;
 
 /// The service's routes.
 pub fn router(state: AppState) -> Router {
+    // The CORS policy of every route browsers may call from other sites (see `cors::Cors`).
+    let cors = cors::Cors::new(state.origins.clone());
     Router::new()
-        .route("/graphql", post(graphql::post).get(graphql::get))
+        .route("/graphql", post(graphql::post).get(graphql::get).layer(cors))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -18,6 +18,12 @@
 //!
 //! The same codes apply to the legacy protocol. A `subscribe` beyond `WS_MAX_SUBSCRIPTIONS`
 //! running operations is answered with an `error` message for that id (the connection stays).
+//!
+//! Browsers send a WebSocket handshake to any site with the user's cookies and without asking
+//! the site first (no CORS preflight), so a handshake that carries `Origin` is answered 403
+//! unless the origin is the server's own (its host and port are the request's `Host`: a page the
+//! server served, such as GraphiQL) or one of `CORS_ALLOWED_ORIGINS`. Clients that are not
+//! browsers send no `Origin` and are not affected.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -40,7 +46,7 @@ use axum::{
         ws::{CloseFrame, Message, WebSocket},
         State, WebSocketUpgrade,
     },
-    http::{header, HeaderMap, StatusCode},
+    http::{header, HeaderMap, StatusCode, Uri},
     response::{IntoResponse, Response},
 };
 use futures_util::{task::AtomicWaker, SinkExt, StreamExt};
@@ -73,7 +79,22 @@ const READ_BUFFER: usize = 4 * 1024;
 const REPLY_QUEUE: usize = 64;
 
 /// Upgrades the connection and serves GraphQL operations on it.
-pub(super) async fn upgrade(State(state): Shared, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+pub(super) async fn upgrade(State(state): Shared, uri: Uri, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in `Host`.
+        let host =
+            headers.get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| uri.authority().map(|a| a.as_str()));
+        let allowed =
+            origin.to_str().is_ok_and(|o| host.is_some_and(|h| is_own_origin(o, h)) || state.origins.allows(o));
+        if !allowed {
+            tracing::info!(origin = ?origin, "WebSocket handshake from a foreign origin refused");
+            return (
+                StatusCode::FORBIDDEN,
+                "pages of this origin may not open WebSockets here (see CORS_ALLOWED_ORIGINS)",
+            )
+                .into_response();
+        }
+    }
     let Some(protocol) = negotiate(&headers) else {
         return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
     };
@@ -84,6 +105,30 @@ pub(super) async fn upgrade(State(state): Shared, headers: HeaderMap, ws: WebSoc
         .max_message_size(state.limits.max_body_bytes)
         .max_frame_size(state.limits.max_body_bytes)
         .on_upgrade(move |socket| serve(socket, state, protocol))
+}
+
+/// True when `origin` is the server's own: the same host and port as the request's `Host`
+/// (whose port, when absent, is the default of the origin's scheme).
+fn is_own_origin(origin: &str, host: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else { return false };
+    let default_port = match scheme {
+        "http" => "80",
+        "https" => "443",
+        _ => return false,
+    };
+    let with_port = |authority: &str| {
+        // A port is what follows the last `:`, unless that is inside an IPv6 address.
+        let has_port = authority
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+            && !authority.ends_with(']');
+        if has_port {
+            authority.to_ascii_lowercase()
+        } else {
+            format!("{}:{default_port}", authority.to_ascii_lowercase())
+        }
+    };
+    !authority.is_empty() && with_port(authority) == with_port(host)
 }
 
 /// The first sub-protocol the client offers that we speak.
@@ -403,6 +448,20 @@ mod tests {
     }
 
     const SUB: &str = r#"{"type":"subscribe","id":"ID","payload":{"query":"subscription{__typename}"}}"#;
+
+    #[test]
+    fn own_origin_is_the_requests_host_and_port() {
+        assert!(is_own_origin("http://127.0.0.1:8080", "127.0.0.1:8080"));
+        assert!(is_own_origin("https://Book.Example.com", "book.example.com"));
+        assert!(is_own_origin("https://book.example.com", "book.example.com:443"));
+        assert!(is_own_origin("http://[::1]:8080", "[::1]:8080"));
+        assert!(is_own_origin("http://[::1]", "[::1]:80"));
+        assert!(!is_own_origin("http://127.0.0.1:8081", "127.0.0.1:8080"));
+        assert!(!is_own_origin("https://book.example.com", "book.example.com:80"));
+        assert!(!is_own_origin("http://evil.example.com", "book.example.com"));
+        assert!(!is_own_origin("null", "book.example.com"));
+        assert!(!is_own_origin("http://", ":80"));
+    }
 
     #[test]
     fn the_guard_enforces_the_protocol() {
