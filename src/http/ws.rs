@@ -15,6 +15,10 @@
 //! | 4409 | `subscribe` with the id of an operation still running |
 //! | 4429 | a second `connection_init` |
 //! | 1001 | the server is shutting down |
+//! | 1000 | the operations ended (legacy `connection_terminate`) |
+//!
+//! A client's own close frame is echoed (with its code) before the server closes the TCP
+//! connection, as RFC 6455 asks.
 //!
 //! The same codes apply to the legacy protocol. A `subscribe` beyond `WS_MAX_SUBSCRIPTIONS`
 //! running operations is answered with an `error` message for that id (the connection stays).
@@ -57,6 +61,7 @@ use crate::{auth::Principal, graphql::RequestContext};
 
 /// Close codes of the graphql-ws protocol (and one of RFC 6455).
 mod code {
+    pub(super) const NORMAL: u16 = 1000;
     pub(super) const GOING_AWAY: u16 = 1001;
     pub(super) const POLICY: u16 = 1008;
     pub(super) const BAD_MESSAGE: u16 = 4400;
@@ -70,6 +75,9 @@ mod code {
 /// How async-graphql starts the messages the send loop looks at.
 const COMPLETE: &str = r#"{"type":"complete""#;
 const ACK: &str = r#"{"type":"connection_ack""#;
+
+/// Longest wait for the closing handshake's frames to be written.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Initial read buffer of a connection; it grows for larger messages (up to the body limit).
 const READ_BUFFER: usize = 4 * 1024;
@@ -149,6 +157,8 @@ struct Conn {
     init_refused: bool,
     running: HashSet<String>,
     close: Option<(u16, String)>,
+    /// The client sent its close frame: the server's only part left is the echo.
+    peer_closed: bool,
     /// Answers of the guard itself (refused operations), sent before anything else.
     replies: VecDeque<String>,
 }
@@ -312,7 +322,11 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
                 let raw = match stream.next().await? {
                     Ok(msg @ (Message::Text(_) | Message::Binary(_))) => msg.into_data(),
                     Ok(Message::Ping(_) | Message::Pong(_)) => continue,
-                    Ok(Message::Close(_)) | Err(_) => return None,
+                    Ok(Message::Close(_)) => {
+                        lock(&conn).peer_closed = true;
+                        return None;
+                    }
+                    Err(_) => return None,
                 };
                 let verdict = lock(&conn).inspect(protocol, limits.ws_max_subscriptions, &raw);
                 let (code, reason) = match verdict {
@@ -396,9 +410,21 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
             }
         }
     };
-    if let Some((code, reason)) = close {
-        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
-    }
+    // The closing handshake (RFC 6455 §5.5.1). When the client closed, the WebSocket layer
+    // queued the echo of its close frame as it read it, but writes it only on a later read or
+    // write, and the guard reads no more: closing the sink writes it. Otherwise the server
+    // closes: with its code, or 1000 when the operations simply ended (`connection_terminate`).
+    // Dropping the socket afterwards closes the TCP connection, the server's part.
+    let peer_closed = lock(&conn).peer_closed;
+    let close = close.or_else(|| (!peer_closed).then(|| (code::NORMAL, String::new())));
+    let handshake = async {
+        if let Some((code, reason)) = close {
+            let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+        }
+        let _ = sink.close().await;
+    };
+    // A client that stopped reading does not keep the connection open.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, handshake).await;
 }
 
 /// async-graphql closes a refused `connection_init` with 1002; the protocol says 4403.
