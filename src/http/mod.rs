@@ -1,5 +1,6 @@
 //! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness and metrics.
 
+mod connection;
 mod cors;
 mod graphql;
 mod health;
@@ -72,6 +73,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
+        .layer(connection::UnreadBodies)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Debug level: at info, the `graphql` span (operation, request id) is the request's.
