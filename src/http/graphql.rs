@@ -8,12 +8,12 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use async_graphql::{http::GraphiQLSource, parser::types::OperationType, Variables};
+use async_graphql::{parser::types::OperationType, Variables};
 use axum::{
     body::{to_bytes, Body, Bytes},
     extract::{Query, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Response},
 };
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
@@ -110,14 +110,7 @@ pub(super) async fn get(
 ) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !params.contains_key("query") && accept.contains("text/html") {
-        return Html(
-            GraphiQLSource::build()
-                .endpoint("/graphql")
-                .subscription_endpoint("/graphql/ws")
-                .title("clinic-booking")
-                .finish(),
-        )
-        .into_response();
+        return super::graphiql::page();
     }
     let media = response_media(&headers);
     let mut object = Map::new();

@@ -2,6 +2,7 @@
 
 mod connection;
 mod cors;
+mod graphiql;
 mod graphql;
 mod health;
 mod metrics;
@@ -70,6 +71,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/graphql", post(graphql::post).get(graphql::get).layer(cors))
         .route("/graphql/ws", get(ws::upgrade))
+        .route("/graphql/assets/{file}", get(graphiql::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
