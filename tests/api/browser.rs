@@ -141,3 +141,59 @@ async fn websockets_refuse_pages_of_foreign_origins() {
     assert_eq!(handshake(&app, Some(APP)).await, Ok(()), "an allowed origin");
     assert_eq!(handshake(&app, None).await, Ok(()), "clients that are not browsers");
 }
+
+#[tokio::test]
+async fn graphiql_works_offline_in_headless_chromium() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/browser/graphiql.mjs");
+    let present = std::path::Path::new("/usr/bin/chromium").exists()
+        && root.join("tests/browser/node_modules/playwright-core").exists()
+        && std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    let tool = "headless Chromium (/usr/bin/chromium, node, and `npm ci --prefix tests/browser`)";
+    if skip_without(tool, present) {
+        return;
+    }
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, _slot) = app.doctor_with_slot(1).await;
+    let args = [app.address.clone(), doctor, tomorrow(), patient(7)];
+    // The server runs on this test's runtime while the script runs on a thread of its own.
+    let output =
+        tokio::task::spawn_blocking(move || std::process::Command::new("node").arg(script).args(args).output())
+            .await
+            .unwrap()
+            .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the browser test failed ({}):\n{stdout}\n{stderr}", output.status);
+}
+
+#[tokio::test]
+async fn graphiql_is_served_from_the_binary() {
+    let (app, _db) = TestApp::spawn().await;
+    let page = app.client.get(format!("{}/graphql", app.address)).header("accept", "text/html").send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(header(page.headers(), "content-type"), "text/html; charset=utf-8");
+    assert!(header(page.headers(), "content-security-policy").contains("script-src 'self'"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains("<title>clinic-booking</title>"));
+    assert!(!html.contains("://"), "the page loads nothing from elsewhere: {html}");
+    let files: Vec<&str> = html.split('"').filter(|s| s.starts_with("graphql/assets/")).collect();
+    assert_eq!(files.len(), 5, "{html}");
+    for file in files {
+        let url = format!("{}/{file}", app.address);
+        let resp = app.client.get(&url).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{file}");
+        let kind = if file.contains(".css") { "text/css; charset=utf-8" } else { "text/javascript; charset=utf-8" };
+        assert_eq!(header(resp.headers(), "content-type"), kind, "{file}");
+        assert_eq!(header(resp.headers(), "cache-control"), "public, max-age=31536000, immutable");
+        let etag = header(resp.headers(), "etag").to_owned();
+        // The tag in the URL is the file's entity tag: a new build names new URLs.
+        assert!(etag.len() > 2 && file.ends_with(&format!("?v={}", etag.trim_matches('"'))), "{file} {etag}");
+        assert!(!resp.bytes().await.unwrap().is_empty());
+        let again = app.client.get(&url).header("if-none-match", &etag).send().await.unwrap();
+        assert_eq!(again.status(), 304, "{file}");
+        assert_eq!(header(again.headers(), "etag"), etag);
+    }
+    let missing = app.client.get(format!("{}/graphql/assets/nope.js", app.address)).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}
