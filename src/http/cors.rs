@@ -138,3 +138,36 @@ fn add_vary<B>(mut response: Response<B>) -> Response<B> {
     response.headers_mut().append(header::VARY, VARY);
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::{body::Body, routing::get, Router};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn preflight(origin: &str) -> Request<Body> {
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/fhir/metadata")
+            .header(header::ORIGIN, origin)
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "GET")
+            .body(Body::empty())
+            .unwrap_or_default()
+    }
+
+    /// What the doc comment of [`Cors`] promises another router: one `.layer` call.
+    #[tokio::test]
+    async fn a_whole_router_takes_the_policy_in_one_call() {
+        let origins = AllowedOrigins::List(vec!["https://app.example.com".into()]);
+        let fhir: Router = Router::new().route("/fhir/metadata", get(|| async { "{}" })).layer(Cors::new(origins));
+        let allowed = fhir.clone().oneshot(preflight("https://app.example.com")).await.unwrap_or_default();
+        assert_eq!(
+            allowed.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).map(|v| v.as_bytes()),
+            Some(&b"https://app.example.com"[..])
+        );
+        let refused = fhir.oneshot(preflight("https://evil.example.com")).await.unwrap_or_default();
+        assert_eq!(refused.status(), StatusCode::NO_CONTENT);
+        assert!(!refused.headers().keys().any(|k| k.as_str().starts_with("access-control-")));
+    }
+}
