@@ -130,6 +130,7 @@ impl Application {
             },
             redis,
             subscriptions,
+            origins: config.cors_allowed_origins.clone(),
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;

@@ -398,3 +398,18 @@ pub(crate) fn tomorrow() -> String {
 pub(crate) fn user_error(payload: &Value) -> Option<&str> {
     payload["userErrors"][0]["code"].as_str()
 }
+
+/// Whether a test that needs an external tool should skip: `false` when the tool is there.
+/// When it is missing, prints one line and returns `true`, unless `CLINIC_REQUIRE_EXTERNAL_TESTS=1`
+/// (set by `.ci/run`, which installs the tools), where a missing tool fails the test.
+pub(crate) fn skip_without(tool: &str, present: bool) -> bool {
+    if present {
+        return false;
+    }
+    assert!(
+        std::env::var("CLINIC_REQUIRE_EXTERNAL_TESTS").as_deref() != Ok("1"),
+        "{tool} is missing, and CLINIC_REQUIRE_EXTERNAL_TESTS=1 requires it"
+    );
+    println!("skipped: {tool} is missing (CLINIC_REQUIRE_EXTERNAL_TESTS=1 makes this a failure)");
+    true
+}

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod booking;
+mod browser;
 mod burst;
 mod direct;
 mod helpers;
