@@ -1,7 +1,7 @@
 //! `bookAppointment`: idempotent, never overbooking, refusals told apart precisely.
 
 use chrono::Utc;
-use sea_orm::{DbBackend, TransactionTrait};
+use sea_orm::DbBackend;
 
 use super::{
     input::{booking_fingerprint, parse_id, parse_idempotency_key},
@@ -202,7 +202,7 @@ impl BookingService {
         new: NewAppointment<'_>,
         now: chrono::DateTime<Utc>,
     ) -> Result<Option<(time_slot::Model, appointment::Model)>, InsertError> {
-        let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
+        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
         let Some(slot) = slots::take_seat(&tx, new.slot_id, now).await? else {
             tx.rollback().await.map_err(StoreError::from)?;
             return Ok(None);

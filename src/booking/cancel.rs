@@ -1,7 +1,6 @@
 //! `cancelAppointment`: a conditional BOOKED → CANCELLED that releases the seat exactly once.
 
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 
 use super::{input::parse_id, read, BookingService, Outcome, Refusal, RefusalCode, ServiceError};
 use crate::{
@@ -41,7 +40,7 @@ impl BookingService {
             }));
         };
         let now = micros(Utc::now());
-        let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
+        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
         let Some(cancelled) = appointments::mark_cancelled(&tx, id, now).await? else {
             tx.rollback().await.map_err(StoreError::from)?;
             let current =

@@ -2,6 +2,10 @@
 //!
 //! Every function here takes `&impl ConnectionTrait`, so the booking layer decides what runs
 //! inside one transaction. Nothing above this module writes SQL.
+//!
+//! Writes go through [`Db::begin_write`] (a transaction) or after [`Db::writing`] (a single
+//! statement): on SQLite these serialize the writers of the process on a fair in-process gate
+//! per file, so they never depend on SQLite's polling busy wait (see `write.rs`).
 
 pub mod appointments;
 pub mod book_pg;
@@ -10,6 +14,9 @@ pub mod entity;
 mod hot;
 pub mod outbox;
 pub mod slots;
+mod write;
+
+pub use write::{WriteTransaction, Writing};
 
 use std::{
     str::FromStr,
@@ -43,6 +50,31 @@ pub enum StoreError {
     Inconsistent(String),
 }
 
+impl StoreError {
+    /// Whether the database was too busy to take the statement: SQLite's `SQLITE_BUSY` (the write
+    /// lock stayed taken past the busy timeout) or no pool connection within the acquire timeout.
+    /// Retrying later is safe: nothing was written.
+    pub fn is_busy(&self) -> bool {
+        let sqlx_busy = |e: &sqlx::Error| match e {
+            sqlx::Error::PoolTimedOut => true,
+            // SQLITE_BUSY and its extended codes (BUSY_RECOVERY, BUSY_SNAPSHOT, BUSY_TIMEOUT).
+            sqlx::Error::Database(db) => {
+                db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                    && db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 5)
+            }
+            _ => false,
+        };
+        match self {
+            Self::Connect(e) => sqlx_busy(e),
+            Self::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)) => true,
+            Self::Db(DbErr::Conn(r) | DbErr::Exec(r) | DbErr::Query(r)) => {
+                matches!(r, sea_orm::RuntimeErr::SqlxError(e) if sqlx_busy(e))
+            }
+            Self::Db(_) | Self::Inconsistent(_) => false,
+        }
+    }
+}
+
 /// Settings of the connection pool.
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
@@ -65,13 +97,17 @@ pub struct Db {
     statements: Arc<AtomicU64>,
     /// The dedicated connections of the hottest statements (PostgreSQL, when configured).
     hot: Option<Arc<hot::HotConnections>>,
+    /// SQLite: the write gate of the file, shared by every pool of the process on it.
+    gate: Option<write::Gate>,
 }
 
 impl Db {
-    /// Opens a pool on `target`. SQLite runs in WAL mode with a busy timeout, so concurrent
-    /// writers wait their turn instead of failing with "database is locked".
+    /// Opens a pool on `target`. SQLite runs in WAL mode (readers never wait for the writer),
+    /// with a write gate per file for this process's writers and a busy timeout for other
+    /// processes' (see [`Db::begin_write`]).
     pub async fn connect(target: &DatabaseTarget, settings: &PoolSettings) -> Result<Self, StoreError> {
         let mut hot = None;
+        let mut gate = None;
         let mut conn = match target {
             DatabaseTarget::Postgres(url) => {
                 let timeout_ms = settings.statement_timeout.as_millis().to_string();
@@ -104,18 +140,22 @@ impl Db {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
                     .foreign_keys(true);
+                // No ping before each acquire: an embedded connection cannot break while idle, and
+                // the ping is one more hop to the connection's thread, inside the write gate too.
                 let pool = SqlitePoolOptions::new()
                     .max_connections(settings.max_connections.min(16))
+                    .test_before_acquire(false)
                     .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
                     .connect_with(options)
                     .await?;
+                gate = Some(write::gate_for(path));
                 SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
             }
         };
         let statements = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&statements);
         conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
-        Ok(Self { conn, statements, hot })
+        Ok(Self { conn, statements, hot, gate })
     }
 
     /// The connection pool, for queries and transactions.
@@ -130,6 +170,7 @@ impl Db {
 
     /// Applies every pending migration.
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        let _writing = self.writing().await;
         migration::Migrator::up(&self.conn, None).await?;
         Ok(())
     }

@@ -44,7 +44,7 @@ pub async fn oldest(conn: &impl ConnectionTrait, limit: u64) -> Result<Vec<outbo
     Ok(outbox::Entity::find().order_by_asc(outbox::Column::Id).limit(limit).all(conn).await?)
 }
 
-/// Deletes published rows (the relay prunes what it has sent).
+/// Deletes published rows (the relay prunes what it has sent, holding [`super::Db::writing`]).
 pub async fn delete(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<u64, StoreError> {
     if ids.is_empty() {
         return Ok(0);

@@ -131,6 +131,7 @@ impl Relay {
                 return Ok(0);
             }
             self.deliver(&rows).await?;
+            let _writing = self.db.writing().await;
             outbox::delete(self.db.conn(), &ids(&rows)).await?;
             rows.len()
         };
