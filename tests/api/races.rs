@@ -8,8 +8,11 @@ use tokio::sync::Barrier;
 
 use crate::helpers::*;
 
-/// Rate limiting is off here: these tests hammer one patient on purpose.
-const NO_LIMIT: &[(&str, &str)] = &[("RATE_LIMIT_BOOKINGS", "0")];
+/// Rate limiting is off here: these tests hammer one patient on purpose. And the bulkhead lets
+/// bookings wait as long as the client does: these tests are about races, not about shedding
+/// load (burst.rs tests `OVERLOADED`), and on a loaded machine 200 bookings at once outwait its
+/// default 2 s.
+const NO_LIMIT: &[(&str, &str)] = &[("RATE_LIMIT_BOOKINGS", "0"), ("BOOKING_QUEUE_TIMEOUT_MS", "30000")];
 
 /// One or two instances on one fresh database.
 async fn instances(two: bool) -> (Vec<Arc<TestApp>>, TestDatabase) {
