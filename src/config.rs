@@ -36,6 +36,44 @@ impl DatabaseTarget {
     pub fn is_sqlite(&self) -> bool {
         matches!(self, Self::Sqlite(_))
     }
+
+    /// The target for messages, with no password: `postgres://user@host:port/db` (a password in
+    /// the URL's user part or in a `password=` parameter is left out), or `sqlite://path`.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => redact_url(url),
+        }
+    }
+}
+
+/// `url` without the password of its user part nor any `password=` query parameter.
+pub fn redact_url(url: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            // The user part ends at the last '@' before the path.
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => {
+                    let user = rest[..at].split(':').next().unwrap_or_default();
+                    format!("{scheme}://{user}@{}", &rest[at + 1..])
+                }
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    let kept: Vec<&str> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.to_ascii_lowercase().starts_with("password="))
+        .collect();
+    if kept.is_empty() {
+        base
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
 }
 
 /// The text of the JWT signing secret; never printed.
@@ -472,6 +510,15 @@ fn at_least<T: PartialOrd + std::fmt::Display>(value: T, min: T, var: &'static s
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn urls_in_messages_carry_no_password() {
+        assert_eq!(redact_url("postgres://nobody:s3cret@127.0.0.1:5432/test"), "postgres://nobody@127.0.0.1:5432/test");
+        assert_eq!(redact_url("postgres://u:p@ss@h/db?sslmode=require"), "postgres://u@h/db?sslmode=require");
+        assert_eq!(redact_url("postgres://h/db?password=x&application_name=a"), "postgres://h/db?application_name=a");
+        assert_eq!(redact_url("redis://:pw@127.0.0.1:6379"), "redis://@127.0.0.1:6379");
+        assert_eq!(redact_url("postgres://postgres@127.0.0.1:5432/test"), "postgres://postgres@127.0.0.1:5432/test");
+    }
 
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
     booking::{BookingService, ExpiryJob, EXPIRY_INTERVAL},
-    config::Config,
+    config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
     events::{Live, LiveSettings, LiveTasks},
     graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
@@ -16,21 +16,100 @@ use crate::{
     http::{install_recorder, router, AppState, HttpLimits},
 };
 
-/// Why an instance could not start.
+/// Why an instance could not start: one line that names the setting, its value (without a
+/// password) and the cause, said once (no chain of sources repeating it).
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    /// The database could not be opened or migrated.
-    #[error("database: {0}")]
-    Database(#[from] StoreError),
-    /// The port could not be bound, or the data directory written.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// Redis URL unusable.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// The signing secret is unusable.
-    #[error("JWT_SECRET: {0}")]
+    /// The database could not be reached or opened.
+    #[error("cannot connect to DATABASE_URL ({target}): {reason}")]
+    Database {
+        /// The target, redacted.
+        target: String,
+        /// The cause.
+        reason: String,
+    },
+    /// The database was reached but its migrations failed.
+    #[error("cannot migrate DATABASE_URL ({target}): {reason}")]
+    Migrate {
+        /// The target, redacted.
+        target: String,
+        /// The cause.
+        reason: String,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on BIND_ADDR={addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        reason: String,
+    },
+    /// The dev-mode signing secret could not be read or written.
+    #[error("cannot keep the dev signing secret in DATA_DIR={dir} (or set JWT_SECRET): {reason}")]
+    DevSecret {
+        /// The data directory.
+        dir: String,
+        /// The cause.
+        reason: String,
+    },
+    /// `JWT_SECRET` is not usable for signing.
+    #[error("cannot sign with JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
+    /// `REDIS_URL` is not usable.
+    #[error("cannot use REDIS_URL ({url}): {reason}")]
+    Redis {
+        /// The URL, redacted.
+        url: String,
+        /// The cause.
+        reason: String,
+    },
+}
+
+impl StartupError {
+    /// The database at `target` could not be reached or opened.
+    pub fn database(target: &DatabaseTarget, err: &StoreError) -> Self {
+        Self::Database { target: target.redacted(), reason: store_reason(err) }
+    }
+
+    /// The database at `target` could not be migrated.
+    pub fn migrate(target: &DatabaseTarget, err: &StoreError) -> Self {
+        Self::Migrate { target: target.redacted(), reason: store_reason(err) }
+    }
+
+    /// The dev secret could not be kept in `dir`.
+    pub fn dev_secret(dir: &std::path::Path, err: &std::io::Error) -> Self {
+        Self::DevSecret { dir: dir.display().to_string(), reason: io_reason(err) }
+    }
+}
+
+/// The cause of a store error, once: the database's own message when it sent one.
+fn store_reason(err: &StoreError) -> String {
+    use sea_orm::{DbErr, RuntimeErr};
+    match err {
+        StoreError::Connect(e) => sqlx_reason(e),
+        StoreError::Db(DbErr::Conn(RuntimeErr::SqlxError(e)) | DbErr::Exec(RuntimeErr::SqlxError(e)))
+        | StoreError::Db(DbErr::Query(RuntimeErr::SqlxError(e))) => sqlx_reason(e),
+        StoreError::Db(DbErr::ConnectionAcquire(_)) => sqlx_reason(&sqlx::Error::PoolTimedOut),
+        StoreError::Db(e) => e.to_string(),
+        StoreError::Inconsistent(msg) => msg.clone(),
+    }
+}
+
+fn sqlx_reason(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Io(io) => io_reason(io),
+        sqlx::Error::PoolTimedOut => "no connection within the time-out (is the server up and reachable?)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// An I/O error as a lower-case phrase without the OS error number.
+fn io_reason(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or_default();
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// A built instance, bound to its port, not yet serving.
@@ -74,7 +153,8 @@ impl Application {
         let secret = match &config.jwt_secret {
             Some(s) => s.clone(),
             None => {
-                let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)?;
+                let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)
+                    .map_err(|e| StartupError::dev_secret(&config.data_dir, &e))?;
                 tracing::warn!(
                     path = %path.display(),
                     created,
@@ -91,9 +171,16 @@ impl Application {
             // A booking statement per bulkhead place, and one for each batcher.
             hot_connections: config.booking_concurrency.saturating_add(2),
         };
-        let db = Db::connect(&config.database, &settings).await?;
-        db.migrate().await?;
-        let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
+        let db =
+            Db::connect(&config.database, &settings).await.map_err(|e| StartupError::database(&config.database, &e))?;
+        db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
+        let redis = match config.redis_url.as_deref() {
+            Some(url) => Some(
+                redis::Client::open(url)
+                    .map_err(|e| StartupError::Redis { url: crate::config::redact_url(url), reason: e.to_string() })?,
+            ),
+            None => None,
+        };
         let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
@@ -132,8 +219,9 @@ impl Application {
             subscriptions,
             origins: config.cors_allowed_origins.clone(),
         };
-        let listener = TcpListener::bind(config.bind_addr).await?;
-        let addr = listener.local_addr()?;
+        let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
+        let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;
+        let addr = listener.local_addr().map_err(listen_error)?;
         Ok(Self { listener, addr, state, live_tasks, jobs })
     }
 

@@ -8,7 +8,7 @@
 //! other).
 
 use chrono::{DateTime, Utc};
-use sea_orm::{DbBackend, TransactionTrait};
+use sea_orm::DbBackend;
 
 use super::{
     changes::Changes,
@@ -356,7 +356,7 @@ impl BookingService {
         new: &NewAppointment<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<(Vec<time_slot::Model>, appointment::Model)>, InsertError> {
-        let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
+        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
         let taken = slots::take_seats(&tx, slot_ids, now).await?;
         if taken.len() != slot_ids.len() {
             tx.rollback().await.map_err(StoreError::from)?;

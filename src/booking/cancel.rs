@@ -2,7 +2,6 @@
 //! exactly once.
 
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 
 use super::{
     cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService, Outcome, Refusal, ServiceError,
@@ -41,7 +40,7 @@ impl BookingService {
         let id = record.appointment.id;
         let done = retrying(|| async {
             let now = micros(Utc::now());
-            let tx = self.db.conn().begin().await?;
+            let tx = self.db.begin_write().await?;
             let Some(cancelled) = appointments::mark_cancelled(&tx, id, now, cancelled_by(caller)).await? else {
                 tx.rollback().await?;
                 return Ok::<_, StoreError>(None);

@@ -3,7 +3,6 @@
 //! cancelled by the clinic, each giving its seats back once, all in one transaction.
 
 use chrono::{DateTime, Utc};
-use sea_orm::TransactionTrait;
 
 use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
 use crate::{
@@ -64,7 +63,7 @@ impl BookingService {
         let range = DayRange { doctor_id, from: micros(req.from), to: micros(req.to) };
         let done = retrying(|| async {
             let now = micros(Utc::now());
-            let tx = self.db.conn().begin().await?;
+            let tx = self.db.begin_write().await?;
             // Closing first: a booking racing the close waits for the slot's lock and then
             // finds it closed, so no seat is taken in a closed slot after this commits.
             let closed = slots::close(&tx, range, reason, now).await?;

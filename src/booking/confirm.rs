@@ -3,7 +3,6 @@
 //! database lets exactly one of them win: the expiry's transition requires `HELD` too.
 
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 
 use super::{changes::Changes, retrying, BookingService, Outcome, Refusal, ServiceError};
 use crate::{
@@ -35,7 +34,7 @@ impl BookingService {
         let id = record.appointment.id;
         let now = micros(Utc::now());
         let confirmed = retrying(|| async {
-            let tx = self.db.conn().begin().await?;
+            let tx = self.db.begin_write().await?;
             let Some(confirmed) = appointments::mark_confirmed(&tx, id, now).await? else {
                 tx.rollback().await?;
                 return Ok::<_, StoreError>(None);

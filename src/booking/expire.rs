@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 use tokio::{sync::watch, task::JoinHandle};
 
 use super::{changes::Changes, retrying, BookingService, ServiceError};
@@ -33,7 +32,7 @@ impl BookingService {
         loop {
             let batch = retrying(|| async {
                 let now = micros(Utc::now());
-                let tx = self.db.conn().begin().await?;
+                let tx = self.db.begin_write().await?;
                 let expired = appointments::mark_expired(&tx, now, EXPIRY_BATCH).await?;
                 if expired.is_empty() {
                     tx.rollback().await?;

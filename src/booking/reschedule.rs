@@ -7,7 +7,6 @@
 //! appointment is untouched.
 
 use chrono::{DateTime, Utc};
-use sea_orm::TransactionTrait;
 
 use super::{
     book::{refusal_for, span_of},
@@ -169,7 +168,7 @@ impl BookingService {
         by: crate::model::CancelledBy,
         now: DateTime<Utc>,
     ) -> Result<Result<(appointment::Model, appointment::Model, Changes), Unmoved>, StoreError> {
-        let tx = self.db.conn().begin().await?;
+        let tx = self.db.begin_write().await?;
         let Some(mut previous) = appointments::mark_moved(&tx, old.id, now, by).await? else {
             tx.rollback().await?;
             return Ok(Err(Unmoved::NotActive));
