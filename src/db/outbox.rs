@@ -89,7 +89,10 @@ impl Claimed {
             outbox::Entity::delete_many().filter(outbox::Column::Id.is_in(ids)).exec(&tx).await?;
             self.tx = Some(tx);
         }
-        self.tx.as_ref().map(WriteTransaction::transaction).ok_or_else(|| StoreError::Inconsistent("relay transaction missing".into()))
+        self.tx
+            .as_ref()
+            .map(WriteTransaction::transaction)
+            .ok_or_else(|| StoreError::Inconsistent("relay transaction missing".into()))
     }
 
     /// Commits the deletion of the rows and what the pass recorded with it.

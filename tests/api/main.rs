@@ -14,6 +14,7 @@ mod http;
 mod lifecycle;
 mod queries;
 mod races;
+mod replays;
 mod roles;
 mod schedules;
 mod schema;
