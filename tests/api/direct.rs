@@ -13,7 +13,7 @@ use crate::helpers::*;
 const DOCUMENTS: [&str; 3] = [
     "mutation($s:ID!,$k:String!,$p:ID){b: bookAppointment(input:{slotId:$s,idempotencyKey:$k,patientId:$p}) @DIRECTIVE \
      {__typename errs: userErrors{field message code __typename} again: replayed \
-      appointment{createdAt cancelledAt status patientId id __typename}}}",
+      appointment{createdAt cancelledAt status patientId id __typename startAt endAt expiresAt cancelledBy}}}",
     "mutation Book($k:String!,$s:ID!,$p:ID){bookAppointment(input:{patientId:$p,idempotencyKey:$k,slotId:$s}) @DIRECTIVE \
      {replayed userErrors{code}}}",
     "mutation($s:ID!,$k:String!,$p:ID!){bookAppointment(input:{slotId:$s,idempotencyKey:$k,patientId:$p}) @DIRECTIVE \
@@ -53,6 +53,9 @@ async fn the_plan_takes_exactly_the_documents_it_can_answer() {
     for doc in [
         // something the outcome does not hold
         "mutation{bookAppointment(input:{slotId:\"1\",idempotencyKey:\"k\"}){appointment{slot{id}}}}",
+        "mutation{bookAppointment(input:{slotId:\"1\",idempotencyKey:\"k\"}){appointment{slots{id}}}}",
+        // a longer appointment
+        "mutation{bookAppointment(input:{slotId:\"1\",idempotencyKey:\"k\",durationMinutes:30}){replayed}}",
         // a response key twice (the executor merges them)
         "mutation{bookAppointment(input:{slotId:\"1\",idempotencyKey:\"k\"}){replayed replayed}}",
         // a fragment
@@ -95,6 +98,17 @@ async fn every_outcome_reads_the_same_through_the_direct_path_and_the_executor()
             assert_eq!(booked.to_string().replace(":false", ":true"), replay, "the success and its replay");
         } else {
             assert_eq!(booked.to_string(), replay, "the success and its replay");
+        }
+
+        // The replay of a success cancelled since (status, cancelledAt, cancelledBy).
+        let (_, gone) =
+            app.post(Some(&partner), &direct(doc), vars(&wide, "gone", Some(&format!("{}", 6000 + i)))).await;
+        if let Some(id) = gone.pointer("/data/bookAppointment/appointment/id").and_then(Value::as_str) {
+            app.cancel(&partner, id).await;
+            let (status, replay) =
+                both(&app, Some(&partner), doc, vars(&wide, "gone", Some(&format!("{}", 6000 + i)))).await;
+            assert_eq!(status, 200);
+            assert!(replay.contains("CANCELLED"), "{replay}");
         }
 
         // Refusals, each repeatable.

@@ -587,3 +587,39 @@ async fn each_document_gets_its_own_shape() {
     assert_eq!(got["named"], json!({ "slotAvailability": { "bookedCount": 1 } }));
     assert_eq!(got["directive"], json!({ "slotAvailability": { "version": 1 } }));
 }
+
+#[tokio::test]
+async fn holds_expiries_reschedules_and_closes_reach_subscribers() {
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("HOLD_TTL_SECS", "1"), ("RATE_LIMIT_BOOKINGS", "0")]).await;
+    let doctor = app.create_doctor("UTC").await;
+    let day = tomorrow();
+    let slots = app.publish(&doctor, &day, "12:00", "12:30", 15, 1).await;
+    let mut ws = Ws::ready(&app, MODERN, None).await;
+    let query = "subscription($d:ID!,$date:Date){slotAvailability(doctorId:$d,date:$date)\
+        {slotId version bookedCount available closed}}";
+    ws.subscribe_with("s", query, json!({ "d": doctor, "date": day })).await;
+    ws.events("s", 2).await;
+
+    let hold = "mutation($s:ID!){holdSlot(input:{slotId:$s,idempotencyKey:\"h\"}){appointment{id}}}";
+    app.gql(Some(&patient(1)), hold, json!({ "s": slots[0] })).await;
+    assert_eq!(key(&ws.event("s").await), (slots[0].clone(), 1, 1), "a hold takes the seat");
+    // The hold runs out (HOLD_TTL_SECS=1): the expiry gives the seat back.
+    assert_eq!(key(&ws.event("s").await), (slots[0].clone(), 2, 0), "the expiry gives it back");
+
+    let booked = app.book(&patient(2), &slots[0], "b", None).await;
+    assert_eq!(key(&ws.event("s").await), (slots[0].clone(), 3, 1));
+    let move_to = "mutation($a:ID!,$s:ID!){rescheduleAppointment(input:{appointmentId:$a,newSlotId:$s,\
+        idempotencyKey:\"r\"}){appointment{id}}}";
+    app.gql(Some(&patient(2)), move_to, json!({ "a": appointment_id(&booked), "s": slots[1] })).await;
+    let mut moved: Vec<_> = ws.events("s", 2).await.iter().map(key).collect();
+    moved.sort();
+    assert_eq!(moved, [(slots[0].clone(), 4, 0), (slots[1].clone(), 1, 1)], "a reschedule moves the seat");
+
+    let close = "mutation($d:ID!,$f:DateTime!,$t:DateTime!){closeSlots(input:{doctorId:$d,from:$f,to:$t}){closed}}";
+    let range = json!({ "d": doctor, "f": format!("{day}T12:00:00Z"), "t": format!("{day}T12:30:00Z") });
+    app.gql(Some(&admin()), close, range).await;
+    let closed = ws.events("s", 2).await;
+    assert!(closed.iter().all(|e| e["closed"] == true && e["available"] == 0), "{closed:?}");
+    assert!(closed.iter().all(|e| e["bookedCount"] == 0), "the appointment in it was cancelled: {closed:?}");
+}
