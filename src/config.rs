@@ -286,6 +286,8 @@ pub struct Config {
     pub ws_max_subscriptions: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
+    /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
+    pub waitlist_offer_ttl: Duration,
     /// Origins whose pages may call the API and open WebSockets (`CORS_ALLOWED_ORIGINS`; default
     /// none, or any loopback `http` origin in single-process dev mode).
     pub cors_allowed_origins: AllowedOrigins,
@@ -471,6 +473,11 @@ impl Config {
                 1,
                 "HOLD_TTL_SECS",
             )?),
+            waitlist_offer_ttl: Duration::from_secs(at_least(
+                parse(&get, "WAITLIST_OFFER_SECS", Some(900), "a number of seconds")?,
+                1,
+                "WAITLIST_OFFER_SECS",
+            )?),
             cors_allowed_origins,
         })
     }
@@ -569,6 +576,7 @@ mod tests {
             ("DB_STATEMENT_TIMEOUT_MS", "50"),
             ("HOLD_TTL_SECS", "0"),
             ("HOLD_TTL_SECS", "10m"),
+            ("WAITLIST_OFFER_SECS", "0"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }

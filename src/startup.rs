@@ -198,7 +198,10 @@ impl Application {
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard)).with_hold_ttl(config.hold_ttl);
+        let service = BookingService::new(db, relay_wakeup)
+            .with_guard(Arc::new(guard))
+            .with_hold_ttl(config.hold_ttl)
+            .with_offer_ttl(config.waitlist_offer_ttl);
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let jobs = Jobs { handles: vec![ExpiryJob::start(service.clone(), EXPIRY_INTERVAL, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };

@@ -18,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_initial;
 mod m20261201_000001_lifecycle;
+mod m20261201_000004_waitlist;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -25,7 +26,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_initial::Migration), Box::new(m20261201_000001_lifecycle::Migration)]
+        vec![
+            Box::new(m20261130_000001_initial::Migration),
+            Box::new(m20261201_000001_lifecycle::Migration),
+            Box::new(m20261201_000004_waitlist::Migration),
+        ]
     }
 }
 
@@ -38,3 +43,8 @@ pub const UQ_APPOINTMENT_ACTIVE_PATIENT: &str = "uq_appointment_active_patient";
 /// Name of the rule "no two active appointments of one patient overlap in time": an exclusion
 /// constraint on PostgreSQL, triggers on SQLite (`…_insert`, `…_update`) raising this name.
 pub const EX_APPOINTMENT_PATIENT_OVERLAP: &str = "ex_appointment_patient_overlap";
+/// Name of the unique index on (caller, idempotency key) of waitlist entries.
+pub const UQ_WAITLIST_CALLER_KEY: &str = "uq_waitlist_caller_key";
+/// Name of the partial unique index "one open (WAITING or OFFERED) entry per patient, doctor
+/// and day".
+pub const UQ_WAITLIST_OPEN_ENTRY: &str = "uq_waitlist_open_entry";

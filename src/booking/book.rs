@@ -11,12 +11,13 @@ use chrono::{DateTime, Utc};
 use sea_orm::DbBackend;
 
 use super::{
+    acting_for,
     changes::Changes,
     input::{booking_fingerprint, parse_duration, parse_id, parse_idempotency_key},
     retrying, BookingService, Outcome, Refusal, ServiceError,
 };
 use crate::{
-    auth::{Caller, Role},
+    auth::Caller,
     db::{
         appointments::{self, Conflicts, InsertError, KeyOrSeat, NewAppointment},
         book_pg,
@@ -476,31 +477,9 @@ fn parse<'a>(
     caller: &Caller,
     req: &'a BookRequest,
 ) -> Result<Result<Parsed<'a>, Refusal>, ServiceError> {
-    let patient_id = match caller.role {
-        Role::Doctor => return Err(ServiceError::Forbidden("doctors cannot book appointments".into())),
-        Role::Patient => {
-            let own = caller.patient_id.ok_or(ServiceError::Unauthenticated)?;
-            if let Some(raw) = &req.patient_id {
-                match parse_id("patientId", raw) {
-                    Ok(id) if id == own => {}
-                    Ok(_) => return Err(ServiceError::Forbidden("patients book for themselves only".into())),
-                    Err(msg) => return Ok(Err(Refusal::invalid(&["input", "patientId"], msg))),
-                }
-            }
-            own
-        }
-        Role::Partner | Role::Admin => match &req.patient_id {
-            None => {
-                return Ok(Err(Refusal::invalid(
-                    &["input", "patientId"],
-                    "patientId is required when booking on a patient's behalf",
-                )))
-            }
-            Some(raw) => match parse_id("patientId", raw) {
-                Ok(id) => id,
-                Err(msg) => return Ok(Err(Refusal::invalid(&["input", "patientId"], msg))),
-            },
-        },
+    let patient_id = match acting_for(caller, req.patient_id.as_deref(), "book appointments")? {
+        Ok(id) => id,
+        Err(refusal) => return Ok(Err(refusal)),
     };
     let slot_id = match parse_id("slotId", &req.slot_id) {
         Ok(id) => id,

@@ -47,6 +47,7 @@ impl BookingService {
             };
             let mut changes = Changes::default();
             changes.release(&tx, std::slice::from_ref(&cancelled), Some(AppointmentEvent::Cancelled)).await?;
+            self.offer_freed(&tx, &mut changes, &[cancelled.id], now).await?;
             changes.record(&tx, now).await?;
             tx.commit().await?;
             Ok(Some((cancelled, changes)))

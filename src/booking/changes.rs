@@ -27,7 +27,10 @@ use crate::{
 pub(super) struct Changes {
     slots: BTreeMap<i64, time_slot::Model>,
     /// Slots that gave seats back (their known-full marks must go).
-    released: Vec<i64>,
+    released: std::collections::BTreeSet<i64>,
+    /// Seats given back and not taken again within the transaction, per slot: what the
+    /// waitlist may offer.
+    freed: BTreeMap<i64, i32>,
     events: Vec<(AppointmentEvent, i64, Option<i64>)>,
 }
 
@@ -36,6 +39,12 @@ impl Changes {
     pub(super) fn taken(&mut self, taken: &[time_slot::Model]) {
         for s in taken {
             self.slots.insert(s.id, s.clone());
+            if let Some(seats) = self.freed.get_mut(&s.id) {
+                *seats -= 1;
+                if *seats == 0 {
+                    self.freed.remove(&s.id);
+                }
+            }
         }
     }
 
@@ -63,8 +72,11 @@ impl Changes {
             *seats.entry(*slot).or_default() += 1;
         }
         let counts: Vec<(i64, i32)> = seats.into_iter().collect();
+        for (slot, n) in &counts {
+            *self.freed.entry(*slot).or_default() += n;
+        }
         for slot in slots::release_seats(conn, &counts).await? {
-            self.released.push(slot.id);
+            self.released.insert(slot.id);
             self.slots.insert(slot.id, slot);
         }
         if let Some(event) = event {
@@ -73,6 +85,14 @@ impl Changes {
             }
         }
         Ok(())
+    }
+
+    /// The seats given back and not taken again, with their slots' state now, by start.
+    pub(super) fn freed(&self) -> Vec<(time_slot::Model, i32)> {
+        let mut freed: Vec<_> =
+            self.freed.iter().filter_map(|(id, n)| self.slots.get(id).map(|s| (s.clone(), *n))).collect();
+        freed.sort_unstable_by_key(|(s, _)| (s.start_at, s.id));
+        freed
     }
 
     /// Notes slots a statement closed.

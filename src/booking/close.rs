@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
 use crate::{
     auth::Caller,
-    db::{appointments, doctors, entity::appointment, micros, slots, StoreError},
-    model::{AppointmentEvent, CancelledBy, DayRange},
+    db::{appointments, doctors, entity::appointment, micros, slots, waitlist, StoreError},
+    model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
 
 /// Longest reason kept with closed slots.
@@ -73,6 +73,9 @@ impl BookingService {
             let mut changes = Changes::default();
             changes.closed(&closed);
             changes.release(&tx, &cancelled, Some(AppointmentEvent::Cancelled)).await?;
+            // Offers among them lapse; a close offers nothing (the seats are gone, not freed).
+            let gone: Vec<i64> = cancelled.iter().map(|a| a.id).collect();
+            waitlist::settle_offers(&tx, &gone, WaitlistStatus::Lapsed, now).await?;
             if !changes.is_empty() {
                 changes.record(&tx, now).await?;
             }

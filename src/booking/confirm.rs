@@ -7,8 +7,8 @@ use chrono::Utc;
 use super::{changes::Changes, retrying, BookingService, Outcome, Refusal, ServiceError};
 use crate::{
     auth::Caller,
-    db::{appointments, entity::appointment, micros, StoreError},
-    model::{AppointmentEvent, AppointmentStatus},
+    db::{appointments, entity::appointment, micros, waitlist, StoreError},
+    model::{AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 
 /// The answer to a confirm.
@@ -39,6 +39,8 @@ impl BookingService {
                 tx.rollback().await?;
                 return Ok::<_, StoreError>(None);
             };
+            // A confirmed waitlist offer fulfils its entry.
+            waitlist::settle_offers(&tx, &[confirmed.id], WaitlistStatus::Fulfilled, now).await?;
             // No seat moves; the event still goes out (messages, webhooks).
             let mut changes = Changes::default();
             changes.event(AppointmentEvent::Confirmed, &confirmed, false);

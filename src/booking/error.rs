@@ -29,6 +29,9 @@ pub enum RefusalCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// No such object (a waitlist entry, a webhook endpoint or delivery), or not one the caller
+    /// may see.
+    NotFound,
 }
 
 impl RefusalCode {
@@ -47,6 +50,7 @@ impl RefusalCode {
             Self::AppointmentNotActive => "APPOINTMENT_NOT_ACTIVE",
             Self::SlotClosed => "SLOT_CLOSED",
             Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
+            Self::NotFound => "NOT_FOUND",
         }
     }
 }

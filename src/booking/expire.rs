@@ -40,6 +40,8 @@ impl BookingService {
                 }
                 let mut changes = Changes::default();
                 changes.release(&tx, &expired, Some(AppointmentEvent::Expired)).await?;
+                let gone: Vec<i64> = expired.iter().map(|a| a.id).collect();
+                self.offer_freed(&tx, &mut changes, &gone, now).await?;
                 changes.record(&tx, now).await?;
                 tx.commit().await?;
                 Ok(Some((expired.len(), changes)))

@@ -66,6 +66,11 @@ pub fn booking_fingerprint(operation: &str, slot_id: i64, patient_id: i64, minut
     hex::encode(Sha256::digest(text))
 }
 
+/// Fingerprint of a waitlist join.
+pub fn waitlist_fingerprint(doctor_id: i64, date: &str, patient_id: i64) -> String {
+    hex::encode(Sha256::digest(format!("waitlist:v1:{doctor_id}:{date}:{patient_id}")))
+}
+
 /// Fingerprint of a reschedule request.
 pub fn reschedule_fingerprint(appointment_id: i64, new_slot_id: i64) -> String {
     hex::encode(Sha256::digest(format!("reschedule:v1:{appointment_id}:{new_slot_id}")))

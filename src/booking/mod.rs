@@ -23,6 +23,7 @@ mod publish;
 pub mod read;
 mod reschedule;
 pub mod schedule;
+mod waitlist;
 
 pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
@@ -33,6 +34,7 @@ pub use expire::{ExpiryJob, EXPIRY_INTERVAL};
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
 pub use reschedule::{RescheduleRequest, Rescheduled};
+pub use waitlist::{JoinRequest, Joined, Left, MY_WAITLIST_LIMIT};
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -45,6 +47,9 @@ use crate::{
 
 /// How long a hold keeps its seat when nothing else is configured (`HOLD_TTL_SECS`).
 pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(600);
+/// How long a waitlist offer keeps its seat when nothing else is configured
+/// (`WAITLIST_OFFER_SECS`).
+pub const DEFAULT_OFFER_TTL: Duration = Duration::from_secs(900);
 
 /// How often a write transaction is tried when the database aborts it to break a deadlock
 /// or a serialization conflict (possible only between the rare multi-row operations).
@@ -62,6 +67,8 @@ pub struct BookingService {
     lists: Arc<std::sync::OnceLock<lookup::ListBatcher>>,
     /// How long a hold keeps its seat.
     hold_ttl: chrono::Duration,
+    /// How long a waitlist offer keeps its seat.
+    offer_ttl: chrono::Duration,
     /// Concurrent retries of one booking or hold, answered by one attempt.
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
@@ -77,8 +84,14 @@ impl BookingService {
             lookups: Arc::default(),
             lists: Arc::default(),
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
+            offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
             flights: Arc::default(),
         }
+    }
+
+    /// The same service with waitlist offers kept for `ttl`.
+    pub fn with_offer_ttl(self, ttl: Duration) -> Self {
+        Self { offer_ttl: chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX), ..self }
     }
 
     /// The same service with holds kept for `ttl`.
@@ -148,6 +161,30 @@ impl BookingService {
 
 /// Answer of an operation that reports refusals as data.
 pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
+
+/// The patient a request by `caller` acts for, by the booking roles: a patient for itself
+/// (naming its own id is allowed, another's is `FORBIDDEN`); partners and admins must name one
+/// (`input.patientId`; `INVALID_INPUT` otherwise); doctors may not (`FORBIDDEN`). `what`
+/// completes "doctors cannot …".
+pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Result<Result<i64, Refusal>, ServiceError> {
+    let field = ["input", "patientId"];
+    match caller.role {
+        Role::Doctor => Err(ServiceError::Forbidden(format!("doctors cannot {what}"))),
+        Role::Patient => {
+            let own = caller.patient_id.ok_or(ServiceError::Unauthenticated)?;
+            match raw.map(|raw| input::parse_id("patientId", raw)) {
+                None => Ok(Ok(own)),
+                Some(Ok(id)) if id == own => Ok(Ok(own)),
+                Some(Ok(_)) => Err(ServiceError::Forbidden("patients act for themselves only".into())),
+                Some(Err(msg)) => Ok(Err(Refusal::invalid(&field, msg))),
+            }
+        }
+        Role::Partner | Role::Admin => match raw {
+            None => Ok(Err(Refusal::invalid(&field, "patientId is required when acting on a patient's behalf"))),
+            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(&field, msg))),
+        },
+    }
+}
 
 /// Who a cancel (or a reschedule) by `caller` is attributed to.
 pub(crate) fn cancelled_by(caller: &Caller) -> CancelledBy {

@@ -22,7 +22,7 @@ use crate::{
         entity::{appointment, time_slot},
         micros,
         slots::{self, Run},
-        StoreError,
+        waitlist, StoreError,
     },
     model::{AppointmentEvent, AppointmentStatus},
 };
@@ -191,8 +191,12 @@ impl BookingService {
         };
         appointments::set_rescheduled_to(&tx, previous.id, appointment.id).await?;
         previous.rescheduled_to = Some(appointment.id);
+        // A waitlist offer that moves stays the entry's offer.
+        waitlist::move_offer(&tx, previous.id, appointment.id).await?;
         changes.taken(&taken);
         changes.event(AppointmentEvent::Rescheduled, &appointment, true);
+        // The seats it left (and did not take again) go to the waitlist.
+        self.offer_freed(&tx, &mut changes, &[], now).await?;
         changes.record(&tx, now).await?;
         tx.commit().await?;
         Ok(Ok((appointment, previous, changes)))

@@ -16,6 +16,7 @@ pub mod entity;
 mod hot;
 pub mod outbox;
 pub mod slots;
+pub mod waitlist;
 mod write;
 
 pub use write::{WriteTransaction, Writing};

@@ -10,6 +10,7 @@ mod query;
 pub mod scalars;
 mod subscription;
 pub mod types;
+pub mod waitlist;
 
 use async_graphql::{
     parser::types::{ExecutableDocument, OperationDefinition},
@@ -28,12 +29,12 @@ use crate::booking::BookingService;
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery);
+pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery);
 
 /// Write operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(BookingMutation);
+pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

@@ -284,6 +284,9 @@ pub enum UserErrorCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// No such object (a waitlist entry, a webhook endpoint or delivery), or not one the caller
+    /// may see.
+    NotFound,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -301,6 +304,7 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::AppointmentNotActive => Self::AppointmentNotActive,
             RefusalCode::SlotClosed => Self::SlotClosed,
             RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
+            RefusalCode::NotFound => Self::NotFound,
         }
     }
 }

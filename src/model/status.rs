@@ -114,6 +114,42 @@ impl AppointmentEvent {
     }
 }
 
+/// Where a waitlist entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitlistStatus {
+    /// Waiting for a seat.
+    Waiting,
+    /// A freed seat is held for the patient (the entry's offer).
+    Offered,
+    /// The offer was confirmed.
+    Fulfilled,
+    /// The offer expired or was cancelled.
+    Lapsed,
+    /// The patient stopped waiting.
+    Left,
+}
+
+impl WaitlistStatus {
+    /// Every status.
+    pub const ALL: [Self; 5] = [Self::Waiting, Self::Offered, Self::Fulfilled, Self::Lapsed, Self::Left];
+
+    /// The stored word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "WAITING",
+            Self::Offered => "OFFERED",
+            Self::Fulfilled => "FULFILLED",
+            Self::Lapsed => "LAPSED",
+            Self::Left => "LEFT",
+        }
+    }
+
+    /// The status a stored word names.
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == raw)
+    }
+}
+
 /// `outbox.kind` of a row that carries a slot change and no appointment event of its own (the
 /// further slots of a longer appointment, a closed slot).
 pub const SLOT_ONLY: &str = "SLOT";
@@ -132,6 +168,9 @@ mod tests {
         }
         for e in AppointmentEvent::ALL {
             assert_eq!(AppointmentEvent::parse(e.as_str()), Some(e));
+        }
+        for w in WaitlistStatus::ALL {
+            assert_eq!(WaitlistStatus::parse(w.as_str()), Some(w));
         }
         assert_eq!(AppointmentEvent::parse(SLOT_ONLY), None);
         assert!(AppointmentStatus::Held.is_active() && !AppointmentStatus::Expired.is_active());

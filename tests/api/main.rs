@@ -19,3 +19,4 @@ mod roles;
 mod schedules;
 mod schema;
 mod subscriptions;
+mod waitlist;

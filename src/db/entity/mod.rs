@@ -6,3 +6,4 @@ pub mod appointment_slot;
 pub mod doctor;
 pub mod outbox;
 pub mod time_slot;
+pub mod waitlist_entry;
