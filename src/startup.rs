@@ -3,17 +3,18 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
     booking::BookingService,
     config::Config,
     db::{Db, PoolSettings, StoreError},
-    events::{Live, LiveSettings, LiveTasks},
-    graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
+    events::{FollowUp, Live, LiveSettings, LiveTasks},
+    graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
+    webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
 /// Why an instance could not start.
@@ -31,6 +32,9 @@ pub enum StartupError {
     /// The signing secret is unusable.
     #[error("JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
+    /// The webhook sender could not be set up.
+    #[error("webhooks: {0}")]
+    Webhooks(String),
 }
 
 /// A built instance, bound to its port, not yet serving.
@@ -40,6 +44,8 @@ pub struct Application {
     state: AppState,
     /// The outbox relay and Redis subscriber: they stop with the server, or when this is dropped.
     live_tasks: LiveTasks,
+    /// The webhook worker: it stops after them.
+    webhook_tasks: WebhookTasks,
 }
 
 impl Application {
@@ -70,6 +76,25 @@ impl Application {
         db.migrate().await?;
         let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
         let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        // Partner webhooks: the relay records deliveries and rings the worker after its commit.
+        let webhook_bell = Arc::new(Notify::new());
+        let policy = Arc::new(UrlPolicy::new(config.webhook_allow_cidrs.clone()));
+        let max_attempts = i32::try_from(config.webhook_retry_schedule.len() + 1).unwrap_or(i32::MAX);
+        let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
+        let recorder = WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell));
+        let webhook_tasks = webhooks::sender::start(
+            db.clone(),
+            SenderSettings {
+                schedule: config.webhook_retry_schedule.clone(),
+                timeout: config.webhook_timeout,
+                poll_interval: config.webhook_poll_interval,
+                concurrency: config.webhook_concurrency,
+                policy: Arc::clone(&policy),
+            },
+            Arc::clone(&webhook_bell),
+        )
+        .map_err(StartupError::Webhooks)?;
+        let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -80,7 +105,7 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
-                follow_ups: Vec::new(),
+                follow_ups: vec![Arc::new(recorder) as Arc<dyn FollowUp>],
                 // Other instances' commits reach the rendered answers through the bus.
                 observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },
@@ -88,10 +113,11 @@ impl Application {
         let relay_wakeup = Arc::new(relay_sink);
         let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
-        let schema = build_schema(limits, Some(service.clone()));
+        let more = MoreServices { webhooks: Some(webhook_service) };
+        let schema = build_schema_with(limits, Some(service.clone()), more.clone());
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
         let state = AppState {
-            prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
+            prevalidated: build_prevalidated_schema(limits, Some(service.clone()), more),
             schema,
             service,
             tokens: Arc::new(TokenIssuer::new(&secret)?),
@@ -106,7 +132,7 @@ impl Application {
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { listener, addr, state, live_tasks })
+        Ok(Self { listener, addr, state, live_tasks, webhook_tasks })
     }
 
     /// The bound address.
@@ -126,11 +152,12 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks } = self;
+        let Self { listener, addr, state, live_tasks, webhook_tasks } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
         live_tasks.shutdown().await;
+        webhook_tasks.shutdown().await;
         served
     }
 }

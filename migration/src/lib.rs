@@ -18,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_initial;
 mod m20261201_000001_lifecycle;
+mod m20261201_000003_webhooks;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -25,7 +26,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_initial::Migration), Box::new(m20261201_000001_lifecycle::Migration)]
+        vec![
+            Box::new(m20261130_000001_initial::Migration),
+            Box::new(m20261201_000001_lifecycle::Migration),
+            Box::new(m20261201_000003_webhooks::Migration),
+        ]
     }
 }
 

@@ -12,6 +12,7 @@ pub mod entity;
 mod hot;
 pub mod outbox;
 pub mod slots;
+pub mod webhooks;
 
 use std::{
     str::FromStr,

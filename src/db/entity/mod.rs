@@ -6,3 +6,6 @@ pub mod appointment_slot;
 pub mod doctor;
 pub mod outbox;
 pub mod time_slot;
+pub mod webhook_attempt;
+pub mod webhook_delivery;
+pub mod webhook_endpoint;
