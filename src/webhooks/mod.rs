@@ -265,3 +265,62 @@ pub fn signing_keys(
     }
     Ok(keys)
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn the_old_secret_signs_until_the_rotation_window_ends() {
+        let t = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+        let endpoint = webhook_endpoint::Model {
+            id: 1,
+            owner: "partner:p".into(),
+            owner_role: "partner".into(),
+            url: "https://example.com/".into(),
+            events: None,
+            secret: signing::new_secret(),
+            previous_secret: Some(signing::new_secret()),
+            previous_secret_until: Some(t + TimeDelta::hours(ROTATION_OVERLAP_HOURS)),
+            enabled: true,
+            disabled_at: None,
+            created_at: t,
+        };
+        let count = |at| signing_keys(&endpoint, at).unwrap().len();
+        assert_eq!(count(t), 2);
+        assert_eq!(count(t + TimeDelta::hours(24) - TimeDelta::seconds(1)), 2);
+        assert_eq!(count(t + TimeDelta::hours(24)), 1);
+        let mut never_rotated = endpoint.clone();
+        never_rotated.previous_secret = None;
+        never_rotated.previous_secret_until = None;
+        assert_eq!(signing_keys(&never_rotated, t).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn who_manages_endpoints() {
+        let caller = |role, sub: &str| Caller { sub: sub.into(), role, patient_id: None, doctor_id: None };
+        let mut endpoint = webhook_endpoint::Model {
+            id: 1,
+            owner: "partner:a".into(),
+            owner_role: "partner".into(),
+            url: String::new(),
+            events: None,
+            secret: String::new(),
+            previous_secret: None,
+            previous_secret_until: None,
+            enabled: true,
+            disabled_at: None,
+            created_at: Utc::now(),
+        };
+        assert!(may_manage(&caller(Role::Partner, "a"), &endpoint));
+        assert!(!may_manage(&caller(Role::Partner, "b"), &endpoint));
+        assert!(may_manage(&caller(Role::Admin, "root"), &endpoint));
+        endpoint.owner = "admin:root".into();
+        assert!(!may_manage(&caller(Role::Partner, "root"), &endpoint));
+        for role in [Role::Patient, Role::Doctor] {
+            assert!(matches!(managing_role(&caller(role, "1")), Err(ServiceError::Forbidden(_))));
+        }
+    }
+}

@@ -181,6 +181,7 @@ pub(crate) struct TestApp {
     /// The HTTP client.
     pub(crate) client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestApp {
@@ -197,7 +198,7 @@ impl TestApp {
         let port = app.port();
         let db = app.db().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(app.run_until_stopped(async {
+        let served = tokio::spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
         Self {
@@ -206,6 +207,17 @@ impl TestApp {
             db,
             client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
             shutdown: Some(tx),
+            served: Some(served),
+        }
+    }
+
+    /// Stops the server as SIGTERM would, and waits until it has (its background tasks too).
+    pub(crate) async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.await;
         }
     }
 

@@ -15,3 +15,4 @@ mod roles;
 mod schedules;
 mod schema;
 mod subscriptions;
+mod webhooks;
