@@ -27,7 +27,7 @@ use super::{
 };
 
 /// An endpoint to insert.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NewEndpoint<'a> {
     /// Scope of the caller creating it.
     pub owner: &'a str,
@@ -230,21 +230,22 @@ pub struct Claimed {
 
 const CLAIM_PG: &str = "\
 UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
-  SELECT d.id FROM webhook_delivery d JOIN webhook_endpoint e ON e.id = d.endpoint_id \
-  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 AND e.enabled \
-  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE OF d SKIP LOCKED) \
+  SELECT d.id FROM webhook_delivery d \
+  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
+  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
 RETURNING *";
 
 /// SQLite serves one process, whose single worker claims; the statement is atomic there.
 const CLAIM_SQLITE: &str = "\
 UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
-  SELECT d.id FROM webhook_delivery d JOIN webhook_endpoint e ON e.id = d.endpoint_id \
-  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 AND e.enabled \
+  SELECT d.id FROM webhook_delivery d \
+  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
   ORDER BY d.next_attempt_at LIMIT $4) \
 RETURNING *";
 
-/// Claims up to `limit` deliveries due at `now` of enabled endpoints, leased until
-/// `lease_until` under `token`, oldest due first.
+/// Claims up to `limit` deliveries due at `now`, leased until `lease_until` under `token`,
+/// oldest due first. Those of a disabled endpoint are claimed too, to be failed (one recorded
+/// by a relay pass racing the disabling would otherwise stay pending for ever).
 pub async fn claim_due(
     db: &Db,
     now: DateTime<Utc>,
@@ -379,6 +380,20 @@ pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
     }
     tx.commit().await?;
     Ok(owned)
+}
+
+/// Fails a claimed delivery without an attempt (its endpoint was disabled meanwhile).
+pub async fn abandon(db: &Db, delivery_id: i64, token: i64, why: &str) -> Result<(), StoreError> {
+    delivery::Entity::update_many()
+        .col_expr(delivery::Column::Status, Expr::value(FAILED))
+        .col_expr(delivery::Column::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(delivery::Column::LeaseToken, Expr::value(Option::<i64>::None))
+        .col_expr(delivery::Column::LastError, Expr::value(Some(why.to_owned())))
+        .filter(delivery::Column::Id.eq(delivery_id))
+        .filter(delivery::Column::LeaseToken.eq(token))
+        .exec(db.conn())
+        .await?;
+    Ok(())
 }
 
 /// Gives a claim back without an outcome (the worker is stopping): due again at `now`.

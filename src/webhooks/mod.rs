@@ -60,7 +60,7 @@ pub struct WebhookService {
 }
 
 /// An endpoint with its secret, as created or rotated (the only time the secret is shown).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct WithSecret {
     /// The endpoint.
     pub endpoint: webhook_endpoint::Model,

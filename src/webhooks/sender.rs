@@ -285,6 +285,15 @@ impl Shared {
             event_id = %d.event_id,
         );
         async {
+            if !claimed.endpoint.enabled {
+                // Recorded while a 410 was disabling the endpoint: fail it, send nothing.
+                if let Err(error) = store::abandon(&self.db, d.id, token, "the endpoint is disabled").await {
+                    tracing::warn!(%error, "cannot fail a delivery of a disabled endpoint");
+                }
+                metrics::counter!("webhook_deliveries_total", "outcome" => "failed").increment(1);
+                self.leases.lock().unwrap_or_else(PoisonError::into_inner).remove(&d.id);
+                return;
+            }
             let started_at = micros(Utc::now());
             let clock = Instant::now();
             let answer = self.send(&claimed, started_at).await;
@@ -338,9 +347,6 @@ impl Shared {
     /// POSTs the delivery's body, signed at `at`.
     async fn send(&self, claimed: &Claimed, at: DateTime<Utc>) -> Answer {
         let (d, endpoint) = (&claimed.delivery, &claimed.endpoint);
-        if !endpoint.enabled {
-            return Answer::Error("the endpoint is disabled".into());
-        }
         let url = match Url::parse(&endpoint.url) {
             Ok(url) => url,
             Err(e) => return Answer::Error(format!("stored URL unusable: {e}")),
