@@ -93,12 +93,11 @@ impl Receiver {
 
     /// Waits until it got at least `n` requests; returns them.
     async fn wait_for(&self, n: usize) -> Vec<Received> {
-        let got = eventually(&format!("{n} requests at the receiver"), || async {
+        eventually(&format!("{n} requests at the receiver"), || async {
             let r = self.requests();
             (r.len() >= n).then_some(r)
         })
-        .await;
-        got
+        .await
     }
 }
 
