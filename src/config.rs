@@ -291,7 +291,28 @@ pub struct Config {
     /// Origins whose pages may call the API and open WebSockets (`CORS_ALLOWED_ORIGINS`; default
     /// none, or any loopback `http` origin in single-process dev mode).
     pub cors_allowed_origins: AllowedOrigins,
+    /// Partner webhooks: the waits before the 2nd, 3rd, … attempt of a delivery
+    /// (`WEBHOOK_RETRY_SCHEDULE`, default `5s,5m,30m,2h,5h,10h,14h,20h,24h`); after the last,
+    /// the delivery is `FAILED`.
+    pub webhook_retry_schedule: Vec<Duration>,
+    /// Networks webhook URLs may reach although they are not public, and where plain `http://`
+    /// is allowed (`WEBHOOK_ALLOW_CIDRS`, comma-separated CIDRs, default none).
+    pub webhook_allow_cidrs: Vec<ipnet::IpNet>,
+    /// Longest wait for one webhook attempt's answer (`WEBHOOK_TIMEOUT_MS`, default 15000).
+    pub webhook_timeout: Duration,
+    /// How often the webhook workers look for due deliveries when nothing woke them
+    /// (`WEBHOOK_POLL_MS`, default 1000).
+    pub webhook_poll_interval: Duration,
+    /// Webhook attempts one instance makes at once (`WEBHOOK_CONCURRENCY`, default 8).
+    pub webhook_concurrency: usize,
 }
+
+/// The default of `WEBHOOK_RETRY_SCHEDULE`: the Standard Webhooks schedule.
+pub const DEFAULT_WEBHOOK_RETRY_SCHEDULE: &str = "5s,5m,30m,2h,5h,10h,14h,20h,24h";
+/// Most entries of `WEBHOOK_RETRY_SCHEDULE`.
+const MAX_RETRIES: usize = 30;
+/// Longest single wait of `WEBHOOK_RETRY_SCHEDULE`.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A setting that could not be used, with the variable's name and why.
 #[derive(Debug, thiserror::Error)]
@@ -383,6 +404,16 @@ impl Config {
                     reason: "expected text or json".into(),
                 })
             }
+        };
+        let webhook_retry_schedule = {
+            let raw = get("WEBHOOK_RETRY_SCHEDULE").unwrap_or_else(|| DEFAULT_WEBHOOK_RETRY_SCHEDULE.into());
+            parse_schedule(&raw).map_err(|reason| ConfigError { var: "WEBHOOK_RETRY_SCHEDULE", value: raw, reason })?
+        };
+        let webhook_allow_cidrs = match get("WEBHOOK_ALLOW_CIDRS") {
+            Some(raw) => {
+                parse_cidrs(&raw).map_err(|reason| ConfigError { var: "WEBHOOK_ALLOW_CIDRS", value: raw, reason })?
+            }
+            None => Vec::new(),
         };
         Ok(Self {
             bind_addr,
@@ -479,6 +510,23 @@ impl Config {
                 "WAITLIST_OFFER_SECS",
             )?),
             cors_allowed_origins,
+            webhook_retry_schedule,
+            webhook_allow_cidrs,
+            webhook_timeout: Duration::from_millis(at_least(
+                parse(&get, "WEBHOOK_TIMEOUT_MS", Some(15_000), "a number of milliseconds")?,
+                1,
+                "WEBHOOK_TIMEOUT_MS",
+            )?),
+            webhook_poll_interval: Duration::from_millis(at_least(
+                parse(&get, "WEBHOOK_POLL_MS", Some(1000), "a number of milliseconds")?,
+                10,
+                "WEBHOOK_POLL_MS",
+            )?),
+            webhook_concurrency: at_least(
+                parse(&get, "WEBHOOK_CONCURRENCY", Some(8), "a number of attempts")?,
+                1,
+                "WEBHOOK_CONCURRENCY",
+            )?,
         })
     }
 
@@ -504,6 +552,55 @@ fn parse<T: std::str::FromStr>(
             reason: format!("must be set to {expected}"),
         }),
     }
+}
+
+/// Parses a retry schedule: comma-separated waits such as `5s`, `5m`, `2h` (also `ms` and `d`).
+pub fn parse_schedule(raw: &str) -> Result<Vec<Duration>, String> {
+    let waits = raw.split(',').map(|item| parse_wait(item.trim())).collect::<Result<Vec<_>, _>>()?;
+    if waits.len() > MAX_RETRIES {
+        return Err(format!("at most {MAX_RETRIES} waits"));
+    }
+    Ok(waits)
+}
+
+fn parse_wait(item: &str) -> Result<Duration, String> {
+    let bad = || format!("{item:?} is not a wait like 5s, 5m or 2h (a positive whole number and ms, s, m, h or d)");
+    let split = item.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = item.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit_secs = match unit {
+        "ms" => return checked_wait(Duration::from_millis(n), item),
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    checked_wait(Duration::from_secs(n.checked_mul(unit_secs).ok_or_else(bad)?), item)
+}
+
+fn checked_wait(wait: Duration, item: &str) -> Result<Duration, String> {
+    if wait.is_zero() {
+        return Err(format!("{item:?}: a wait must be longer than zero"));
+    }
+    if wait > MAX_RETRY_WAIT {
+        return Err(format!("{item:?}: a wait may be at most 7 days"));
+    }
+    Ok(wait)
+}
+
+/// Parses comma-separated CIDRs (`127.0.0.0/8, ::1/128`); a bare address means just that one.
+pub fn parse_cidrs(raw: &str) -> Result<Vec<ipnet::IpNet>, String> {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(|item| {
+            item.parse::<ipnet::IpNet>()
+                .or_else(|_| item.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map(|net| net.trunc())
+                .map_err(|_| format!("{item:?} is not a CIDR like 127.0.0.0/8 or fd00::/8"))
+        })
+        .collect()
 }
 
 fn at_least<T: PartialOrd + std::fmt::Display>(value: T, min: T, var: &'static str) -> Result<T, ConfigError> {
@@ -616,6 +713,51 @@ mod tests {
             let err = config(&[("CORS_ALLOWED_ORIGINS", bad)]).unwrap_err();
             assert_eq!(err.var, "CORS_ALLOWED_ORIGINS", "{bad}");
             assert!(err.to_string().starts_with("CORS_ALLOWED_ORIGINS="), "{err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn webhook_settings() -> Result<(), ConfigError> {
+        let c = config(&[])?;
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        assert_eq!(
+            c.webhook_retry_schedule,
+            vec![
+                Duration::from_secs(5),
+                Duration::from_secs(300),
+                Duration::from_secs(1800),
+                hours(2),
+                hours(5),
+                hours(10),
+                hours(14),
+                hours(20),
+                hours(24)
+            ]
+        );
+        assert!(c.webhook_allow_cidrs.is_empty());
+        assert_eq!((c.webhook_timeout, c.webhook_concurrency), (Duration::from_secs(15), 8));
+        let t = config(&[
+            ("WEBHOOK_RETRY_SCHEDULE", " 1s, 250ms ,2d"),
+            ("WEBHOOK_ALLOW_CIDRS", "127.0.0.0/8, ::1, 10.1.2.3/8"),
+        ])?;
+        assert_eq!(
+            t.webhook_retry_schedule,
+            vec![Duration::from_secs(1), Duration::from_millis(250), Duration::from_secs(172_800)]
+        );
+        let nets: Vec<String> = t.webhook_allow_cidrs.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]);
+        for bad in ["5", "5x", "-1s", "0s", "1s,,2s", "1.5s", "8d", "s", "99999999999999999999h"] {
+            let err = config(&[("WEBHOOK_RETRY_SCHEDULE", bad)]).unwrap_err();
+            assert_eq!(err.var, "WEBHOOK_RETRY_SCHEDULE", "{bad}");
+        }
+        let too_many = vec!["1s"; 31].join(",");
+        assert_eq!(config(&[("WEBHOOK_RETRY_SCHEDULE", &too_many)]).unwrap_err().var, "WEBHOOK_RETRY_SCHEDULE");
+        for bad in ["127.0.0.0/33", "localhost", "10.0.0.0/8;", "::1/129"] {
+            assert_eq!(config(&[("WEBHOOK_ALLOW_CIDRS", bad)]).unwrap_err().var, "WEBHOOK_ALLOW_CIDRS", "{bad}");
+        }
+        for (var, bad) in [("WEBHOOK_TIMEOUT_MS", "0"), ("WEBHOOK_POLL_MS", "5"), ("WEBHOOK_CONCURRENCY", "0")] {
+            assert_eq!(config(&[(var, bad)]).unwrap_err().var, var);
         }
         Ok(())
     }

@@ -17,6 +17,8 @@
 //! - [`events`] — committed slot changes on their way to live subscribers.
 //! - [`guard`] — burst protection: slot-list cache (shared rows, and rendered answers in
 //!   process), rate limit, known-full rejects, bulkhead.
+//! - [`webhooks`] — partner webhooks: endpoints, deliveries recorded by the relay, signed
+//!   and retried sending, the SSRF rule.
 //! - [`telemetry`] — logging.
 //!
 //! # Error policy
@@ -38,3 +40,4 @@ pub mod http;
 pub mod model;
 pub mod startup;
 pub mod telemetry;
+pub mod webhooks;

@@ -3,17 +3,18 @@
 
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
     booking::{BookingService, ExpiryJob, EXPIRY_INTERVAL},
     config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
-    events::{Live, LiveSettings, LiveTasks},
-    graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
+    events::{FollowUp, Live, LiveSettings, LiveTasks},
+    graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
+    webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
 /// Why an instance could not start: one line that names the setting, its value (without a
@@ -55,6 +56,9 @@ pub enum StartupError {
     /// `JWT_SECRET` is not usable for signing.
     #[error("cannot sign with JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
+    /// The webhook sender could not be set up.
+    #[error("webhooks: {0}")]
+    Webhooks(String),
     /// `REDIS_URL` is not usable.
     #[error("cannot use REDIS_URL ({url}): {reason}")]
     Redis {
@@ -119,6 +123,8 @@ pub struct Application {
     state: AppState,
     /// The outbox relay and Redis subscriber: they stop with the server, or when this is dropped.
     live_tasks: LiveTasks,
+    /// The webhook worker: it stops after them.
+    webhook_tasks: WebhookTasks,
     /// The domain's own background jobs (hold expiry).
     jobs: Jobs,
 }
@@ -182,6 +188,25 @@ impl Application {
             None => None,
         };
         let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        // Partner webhooks: the relay records deliveries and rings the worker after its commit.
+        let webhook_bell = Arc::new(Notify::new());
+        let policy = Arc::new(UrlPolicy::new(config.webhook_allow_cidrs.clone()));
+        let max_attempts = i32::try_from(config.webhook_retry_schedule.len() + 1).unwrap_or(i32::MAX);
+        let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
+        let recorder = WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell));
+        let webhook_tasks = webhooks::sender::start(
+            db.clone(),
+            SenderSettings {
+                schedule: config.webhook_retry_schedule.clone(),
+                timeout: config.webhook_timeout,
+                poll_interval: config.webhook_poll_interval,
+                concurrency: config.webhook_concurrency,
+                policy: Arc::clone(&policy),
+            },
+            Arc::clone(&webhook_bell),
+        )
+        .map_err(StartupError::Webhooks)?;
+        let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -192,7 +217,7 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
-                follow_ups: Vec::new(),
+                follow_ups: vec![Arc::new(recorder) as Arc<dyn FollowUp>],
                 // Other instances' commits reach the rendered answers through the bus.
                 observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },
@@ -205,10 +230,11 @@ impl Application {
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let jobs = Jobs { handles: vec![ExpiryJob::start(service.clone(), EXPIRY_INTERVAL, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
-        let schema = build_schema(limits, Some(service.clone()));
+        let more = MoreServices { webhooks: Some(webhook_service) };
+        let schema = build_schema_with(limits, Some(service.clone()), more.clone());
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
         let state = AppState {
-            prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
+            prevalidated: build_prevalidated_schema(limits, Some(service.clone()), more),
             schema,
             service,
             tokens: Arc::new(TokenIssuer::new(&secret)?),
@@ -225,7 +251,7 @@ impl Application {
         let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
         let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
-        Ok(Self { listener, addr, state, live_tasks, jobs })
+        Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks })
     }
 
     /// The bound address.
@@ -245,12 +271,13 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks, jobs } = self;
+        let Self { listener, addr, state, live_tasks, jobs, webhook_tasks } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
         jobs.shutdown().await;
         live_tasks.shutdown().await;
+        webhook_tasks.shutdown().await;
         served
     }
 }

@@ -18,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_initial;
 mod m20261201_000001_lifecycle;
+mod m20261201_000003_webhooks;
 mod m20261201_000004_waitlist;
 
 /// The ordered list of every migration of the service.
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_initial::Migration),
             Box::new(m20261201_000001_lifecycle::Migration),
+            Box::new(m20261201_000003_webhooks::Migration),
             Box::new(m20261201_000004_waitlist::Migration),
         ]
     }

@@ -20,6 +20,7 @@ pub mod waitlist;
 mod write;
 
 pub use write::{WriteTransaction, Writing};
+pub mod webhooks;
 
 use std::{
     str::FromStr,

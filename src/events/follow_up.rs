@@ -37,4 +37,8 @@ pub trait FollowUp: Send + Sync + 'static {
     /// Records what `events` call for, in `tx`. An error rolls the relay's pass back: its rows
     /// stay, and the pass (live events included) is retried with backoff.
     async fn record(&self, tx: &DatabaseTransaction, events: &[Notification]) -> Result<(), StoreError>;
+
+    /// Called after a pass's transaction committed, so what `record` wrote can start at once
+    /// (e.g. by waking a sender, which would find nothing before the commit); must not block.
+    fn committed(&self) {}
 }

@@ -129,6 +129,9 @@ impl Relay {
         }
         let taken = claimed.rows.len();
         claimed.commit().await?;
+        if !events.is_empty() {
+            self.follow_ups.iter().for_each(|f| f.committed());
+        }
         metrics::counter!("outbox_published_total").increment(taken as u64);
         Ok(taken)
     }

@@ -11,6 +11,7 @@ pub mod scalars;
 mod subscription;
 pub mod types;
 pub mod waitlist;
+pub mod webhooks;
 
 use async_graphql::{
     parser::types::{ExecutableDocument, OperationDefinition},
@@ -22,19 +23,20 @@ pub use loaders::Loaders;
 pub use mutation::BookingMutation;
 pub use query::BookingQuery;
 pub use subscription::{SubscriptionExecutor, SubscriptionRoot};
+pub use webhooks::{WebhookMutation, WebhookQuery};
 
-use crate::booking::BookingService;
+use crate::{booking::BookingService, webhooks::WebhookService};
 
 // Each part of the domain contributes its own object, in its own file.
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery);
+pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery, WebhookQuery);
 
 /// Write operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation);
+pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation, WebhookMutation);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -48,18 +50,34 @@ pub struct QueryLimits {
     pub complexity: usize,
 }
 
+/// The domain services the resolvers call, beyond booking.
+#[derive(Clone, Default)]
+pub struct MoreServices {
+    /// Partner webhook endpoints (their resolvers answer `INTERNAL` without it).
+    pub webhooks: Option<WebhookService>,
+}
+
 /// Builds the schema. With `service` absent it is only good for printing the SDL.
 pub fn build_schema(limits: QueryLimits, service: Option<BookingService>) -> AppSchema {
-    build(limits, service, ValidationMode::Strict)
+    build(limits, service, MoreServices::default(), ValidationMode::Strict)
+}
+
+/// [`build_schema`] with the other services.
+pub fn build_schema_with(limits: QueryLimits, service: Option<BookingService>, more: MoreServices) -> AppSchema {
+    build(limits, service, more, ValidationMode::Strict)
 }
 
 /// The same schema in async-graphql's fast validation mode (depth and complexity limits only),
 /// for requests of a shape known to pass the full validation (see `http::validated`).
-pub fn build_prevalidated_schema(limits: QueryLimits, service: Option<BookingService>) -> AppSchema {
-    build(limits, service, ValidationMode::Fast)
+pub fn build_prevalidated_schema(
+    limits: QueryLimits,
+    service: Option<BookingService>,
+    more: MoreServices,
+) -> AppSchema {
+    build(limits, service, more, ValidationMode::Fast)
 }
 
-fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationMode) -> AppSchema {
+fn build(limits: QueryLimits, service: Option<BookingService>, more: MoreServices, mode: ValidationMode) -> AppSchema {
     // No per-field tracing extension: the request's span (operation name, request id) is made
     // in `http::graphql`, and a span around every resolved field cost about a tenth of the CPU
     // of a slot list (40 slots × 3 fields).
@@ -69,6 +87,9 @@ fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationM
         .validation_mode(mode);
     if let Some(service) = service {
         builder = builder.data(service);
+    }
+    if let Some(webhooks) = more.webhooks {
+        builder = builder.data(webhooks);
     }
     builder.finish()
 }

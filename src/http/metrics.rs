@@ -8,7 +8,12 @@
 //! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
 //! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
 //! there), `booking_bulkhead_rejected_total`; `slot_cache_requests_total{result=hit|miss}`,
-//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`.
+//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`. Partner webhooks:
+//! `webhook_deliveries_total{outcome=succeeded|retried|failed|disabled}` (one per attempt: it
+//! was accepted, will be retried, was the last, or answered 410 and disabled its endpoint),
+//! `webhook_deliveries_recorded_total`, `webhook_attempt_seconds` (up to the 15 s timeout),
+//! and the gauges `webhook_queue_depth` (deliveries `PENDING`, of every instance) and
+//! `webhook_queue_oldest_due_seconds` (how overdue the earliest of them is; 0 when none is).
 
 use std::sync::OnceLock;
 
@@ -24,8 +29,13 @@ pub fn install_recorder() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+            // A partner's server answers in seconds, not milliseconds (a full match wins).
+            let webhook_buckets = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full("webhook_attempt_seconds".into()), &webhook_buckets)
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();

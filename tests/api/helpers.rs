@@ -132,6 +132,8 @@ pub(crate) struct TestApp {
     runtime: Option<tokio::runtime::Runtime>,
     /// What the server logged.
     log: ServerLog,
+    /// The serving task, for a stop that waits until the server has stopped.
+    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestApp {
@@ -161,7 +163,7 @@ impl TestApp {
         let port = app.port();
         let db = app.db().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        runtime.spawn(app.run_until_stopped(async {
+        let served = runtime.spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
         Self {
@@ -172,6 +174,17 @@ impl TestApp {
             shutdown: Some(tx),
             runtime: Some(runtime),
             log,
+            served: Some(served),
+        }
+    }
+
+    /// Stops the server as SIGTERM would, and waits until it has (its background tasks too).
+    pub(crate) async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(served) = self.served.take() {
+            let _ = served.await;
         }
     }
 

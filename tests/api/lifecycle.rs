@@ -468,7 +468,8 @@ async fn overlapping_longer_bookings_on_single_seats_never_deadlock() {
         .map(|s| s["bookedCount"].as_i64().unwrap())
         .sum();
     assert_eq!(total, taken, "each success took exactly its three seats");
-    assert!(taken >= 3 * 4 - 3, "the run fits at least three 45-minute appointments: {taken}");
+    // However they land, no free run of three slots is left once two have (12 slots).
+    assert!(taken >= 6, "the run fits at least two 45-minute appointments: {taken}");
     app.assert_counts_consistent().await;
 }
 

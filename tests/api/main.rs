@@ -20,3 +20,4 @@ mod schedules;
 mod schema;
 mod subscriptions;
 mod waitlist;
+mod webhooks;

@@ -7,3 +7,6 @@ pub mod doctor;
 pub mod outbox;
 pub mod time_slot;
 pub mod waitlist_entry;
+pub mod webhook_attempt;
+pub mod webhook_delivery;
+pub mod webhook_endpoint;

@@ -1,0 +1,443 @@
+//! Queries of the webhook tables: endpoints, the deliveries the relay records, the workers'
+//! claims, and the log of attempts.
+//!
+//! A worker claims due deliveries by pushing their `next_attempt_at` forward by a lease and
+//! marking them with its `lease_token`, in one statement (`FOR UPDATE SKIP LOCKED` on
+//! PostgreSQL, so workers of several instances take disjoint rows), and commits at once: no
+//! transaction stays open while a partner's server is slow. Its outcome is written only while
+//! the token is still its own; a worker that stopped without writing one leaves the delivery
+//! due again when the lease ends.
+
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    sea_query::{Expr, ExprTrait},
+    ActiveModelTrait,
+    ActiveValue::Set,
+    ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder,
+    QuerySelect, Statement,
+};
+
+use super::{
+    entity::{
+        webhook_attempt as attempt,
+        webhook_delivery::{self as delivery, FAILED, PENDING, SUCCEEDED},
+        webhook_endpoint as endpoint,
+    },
+    Db, StoreError,
+};
+
+/// An endpoint to insert.
+#[derive(Clone)]
+pub struct NewEndpoint<'a> {
+    /// Scope of the caller creating it.
+    pub owner: &'a str,
+    /// `partner` or `admin`.
+    pub owner_role: &'a str,
+    /// The checked URL.
+    pub url: &'a str,
+    /// The stored event filter (`None` = all).
+    pub events: Option<String>,
+    /// Its secret.
+    pub secret: &'a str,
+    /// Now.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Inserts an endpoint and returns it.
+pub async fn insert_endpoint(conn: &impl ConnectionTrait, new: NewEndpoint<'_>) -> Result<endpoint::Model, StoreError> {
+    let row = endpoint::ActiveModel {
+        owner: Set(new.owner.to_owned()),
+        owner_role: Set(new.owner_role.to_owned()),
+        url: Set(new.url.to_owned()),
+        events: Set(new.events),
+        secret: Set(new.secret.to_owned()),
+        previous_secret: Set(None),
+        previous_secret_until: Set(None),
+        enabled: Set(true),
+        disabled_at: Set(None),
+        created_at: Set(new.created_at),
+        ..Default::default()
+    };
+    Ok(row.insert(conn).await?)
+}
+
+/// How many endpoints `owner` has.
+pub async fn count_endpoints(conn: &impl ConnectionTrait, owner: &str) -> Result<u64, StoreError> {
+    Ok(endpoint::Entity::find().filter(endpoint::Column::Owner.eq(owner)).count(conn).await?)
+}
+
+/// One endpoint.
+pub async fn find_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<Option<endpoint::Model>, StoreError> {
+    Ok(endpoint::Entity::find_by_id(id).one(conn).await?)
+}
+
+/// The endpoints of `owner` (every endpoint for `None`), by id.
+pub async fn list_endpoints(
+    conn: &impl ConnectionTrait,
+    owner: Option<&str>,
+) -> Result<Vec<endpoint::Model>, StoreError> {
+    let mut q = endpoint::Entity::find().order_by_asc(endpoint::Column::Id);
+    if let Some(owner) = owner {
+        q = q.filter(endpoint::Column::Owner.eq(owner));
+    }
+    Ok(q.all(conn).await?)
+}
+
+/// The endpoints that still receive events.
+pub async fn enabled_endpoints(conn: &impl ConnectionTrait) -> Result<Vec<endpoint::Model>, StoreError> {
+    Ok(endpoint::Entity::find()
+        .filter(endpoint::Column::Enabled.eq(true))
+        .order_by_asc(endpoint::Column::Id)
+        .all(conn)
+        .await?)
+}
+
+/// Deletes an endpoint with its deliveries and their attempts; false when it was gone.
+pub async fn delete_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<bool, StoreError> {
+    Ok(endpoint::Entity::delete_by_id(id).exec(conn).await?.rows_affected > 0)
+}
+
+/// Replaces an endpoint's secret; the current one stays valid for signing until
+/// `previous_until` (one rotated out earlier is dropped). `None` when the endpoint is gone.
+pub async fn rotate_secret(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    secret: &str,
+    previous_until: DateTime<Utc>,
+) -> Result<Option<endpoint::Model>, StoreError> {
+    let mut rows = endpoint::Entity::update_many()
+        .col_expr(endpoint::Column::PreviousSecret, Expr::col(endpoint::Column::Secret))
+        .col_expr(endpoint::Column::PreviousSecretUntil, Expr::value(previous_until))
+        .col_expr(endpoint::Column::Secret, Expr::value(secret))
+        .filter(endpoint::Column::Id.eq(id))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// A delivery to record.
+#[derive(Clone, Debug)]
+pub struct NewDelivery {
+    /// Its endpoint.
+    pub endpoint_id: i64,
+    /// The outbox row of its event.
+    pub outbox_id: i64,
+    /// The appointment.
+    pub appointment_id: i64,
+    /// The event's id (`webhook-id`).
+    pub event_id: String,
+    /// The event type, as on the wire.
+    pub event_type: &'static str,
+    /// The body.
+    pub payload: String,
+    /// Attempts allowed.
+    pub max_attempts: i32,
+    /// Now: due at once.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Rows per insert statement (well under both databases' bound-parameter limits).
+const INSERT_CHUNK: usize = 200;
+
+/// Records deliveries; a (outbox row, endpoint) recorded before is skipped. Returns how many
+/// were new.
+pub async fn insert_deliveries(conn: &impl ConnectionTrait, rows: Vec<NewDelivery>) -> Result<u64, StoreError> {
+    let mut inserted = 0;
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let models = chunk.iter().map(|d| delivery::ActiveModel {
+            endpoint_id: Set(d.endpoint_id),
+            outbox_id: Set(d.outbox_id),
+            appointment_id: Set(d.appointment_id),
+            event_id: Set(d.event_id.clone()),
+            event_type: Set(d.event_type.to_owned()),
+            payload: Set(d.payload.clone()),
+            status: Set(PENDING.to_owned()),
+            attempts: Set(0),
+            max_attempts: Set(d.max_attempts),
+            next_attempt_at: Set(Some(d.created_at)),
+            lease_token: Set(None),
+            last_status_code: Set(None),
+            last_attempt_at: Set(None),
+            last_error: Set(None),
+            created_at: Set(d.created_at),
+            ..Default::default()
+        });
+        let result = delivery::Entity::insert_many(models)
+            .on_conflict_do_nothing_on([delivery::Column::OutboxId, delivery::Column::EndpointId])
+            .exec_without_returning(conn)
+            .await?;
+        if let sea_orm::TryInsertResult::Inserted(n) = result {
+            inserted += n;
+        }
+    }
+    Ok(inserted)
+}
+
+/// One delivery.
+pub async fn find_delivery(conn: &impl ConnectionTrait, id: i64) -> Result<Option<delivery::Model>, StoreError> {
+    Ok(delivery::Entity::find_by_id(id).one(conn).await?)
+}
+
+/// Up to `limit` deliveries of an endpoint with an id below `before`, newest first.
+pub async fn deliveries_page(
+    conn: &impl ConnectionTrait,
+    endpoint_id: i64,
+    before: Option<i64>,
+    limit: u64,
+) -> Result<Vec<delivery::Model>, StoreError> {
+    let mut q = delivery::Entity::find()
+        .filter(delivery::Column::EndpointId.eq(endpoint_id))
+        .order_by_desc(delivery::Column::Id)
+        .limit(limit);
+    if let Some(before) = before {
+        q = q.filter(delivery::Column::Id.lt(before));
+    }
+    Ok(q.all(conn).await?)
+}
+
+/// Queues one more attempt of a delivery, due `now`, with its event id and body. A finished
+/// one is `PENDING` again with one attempt allowed beyond those made; a pending one is only
+/// brought forward, and a worker sending it loses its claim (its answer is still logged).
+pub async fn redeliver(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    now: DateTime<Utc>,
+) -> Result<Option<delivery::Model>, StoreError> {
+    let mut rows = delivery::Entity::update_many()
+        .col_expr(
+            delivery::Column::MaxAttempts,
+            Expr::case(delivery::Column::Status.eq(PENDING), Expr::col(delivery::Column::MaxAttempts))
+                .finally(Expr::col(delivery::Column::Attempts).add(1))
+                .into(),
+        )
+        .col_expr(delivery::Column::Status, Expr::value(PENDING))
+        .col_expr(delivery::Column::NextAttemptAt, Expr::value(Some(now)))
+        .col_expr(delivery::Column::LeaseToken, Expr::value(Option::<i64>::None))
+        .filter(delivery::Column::Id.eq(id))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// A claimed delivery with what sending it needs.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    /// The delivery as claimed (its `lease_token` is the worker's).
+    pub delivery: delivery::Model,
+    /// Its endpoint.
+    pub endpoint: endpoint::Model,
+}
+
+const CLAIM_PG: &str = "\
+UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
+  SELECT d.id FROM webhook_delivery d \
+  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
+  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
+RETURNING *";
+
+/// SQLite serves one process, whose single worker claims; the statement is atomic there.
+const CLAIM_SQLITE: &str = "\
+UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
+  SELECT d.id FROM webhook_delivery d \
+  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
+  ORDER BY d.next_attempt_at LIMIT $4) \
+RETURNING *";
+
+/// Claims up to `limit` deliveries due at `now`, leased until `lease_until` under `token`,
+/// oldest due first. Those of a disabled endpoint are claimed too, to be failed (one recorded
+/// by a relay pass racing the disabling would otherwise stay pending for ever).
+pub async fn claim_due(
+    db: &Db,
+    now: DateTime<Utc>,
+    lease_until: DateTime<Utc>,
+    token: i64,
+    limit: u64,
+) -> Result<Vec<Claimed>, StoreError> {
+    let backend = db.backend();
+    let sql = if backend == DbBackend::Postgres { CLAIM_PG } else { CLAIM_SQLITE };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let stmt =
+        Statement::from_sql_and_values(backend, sql, [now.into(), lease_until.into(), token.into(), limit.into()]);
+    let mut deliveries = {
+        let _writing = db.writing().await;
+        delivery::Model::find_by_statement(stmt).all(db.conn()).await?
+    };
+    if deliveries.is_empty() {
+        return Ok(Vec::new());
+    }
+    deliveries.sort_unstable_by_key(|d| (d.next_attempt_at, d.id));
+    let ids: Vec<i64> = deliveries.iter().map(|d| d.endpoint_id).collect();
+    let endpoints = endpoint::Entity::find().filter(endpoint::Column::Id.is_in(ids)).all(db.conn()).await?;
+    Ok(deliveries
+        .into_iter()
+        .filter_map(|d| {
+            // An endpoint deleted in between takes its deliveries with it.
+            let endpoint = endpoints.iter().find(|e| e.id == d.endpoint_id)?.clone();
+            Some(Claimed { delivery: d, endpoint })
+        })
+        .collect())
+}
+
+/// What became of one attempt.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// The delivery.
+    pub delivery_id: i64,
+    /// Its endpoint.
+    pub endpoint_id: i64,
+    /// The worker's claim.
+    pub token: i64,
+    /// The attempt's number (1 for the first), as the claim saw it.
+    pub number: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// How long it took.
+    pub duration_ms: i32,
+    /// The answer's status, if one came.
+    pub status_code: Option<i32>,
+    /// Why no acceptable answer came.
+    pub error: Option<String>,
+    /// The delivery's state after it.
+    pub next: Next,
+}
+
+/// A delivery's state after an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Accepted (2xx).
+    Succeeded,
+    /// Failed; try again then.
+    Retry(DateTime<Utc>),
+    /// Failed with no attempt left.
+    Failed,
+    /// `410 Gone`: the endpoint is disabled and everything pending for it fails.
+    Disable,
+}
+
+/// Writes an attempt: its log row, and the delivery's new state while the claim is still the
+/// worker's (otherwise only the count and the last answer: a redelivery or another worker
+/// decides what comes next). `Disable` also disables the endpoint and fails what is pending
+/// for it. Returns whether the claim was still the worker's.
+pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
+    use delivery::Column as D;
+    let tx = db.begin_write().await?;
+    let (status, next_at) = match a.next {
+        Next::Succeeded => (SUCCEEDED, None),
+        Next::Retry(at) => (PENDING, Some(at)),
+        Next::Failed | Next::Disable => (FAILED, None),
+    };
+    // The update comes first: on SQLite the transaction then holds the write lock from its start.
+    let owned = delivery::Entity::update_many()
+        .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
+        .col_expr(D::LastStatusCode, Expr::value(a.status_code))
+        .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
+        .col_expr(D::LastError, Expr::value(a.error.clone()))
+        .col_expr(D::Status, Expr::value(status))
+        .col_expr(D::NextAttemptAt, Expr::value(next_at))
+        .col_expr(D::LeaseToken, Expr::value(Option::<i64>::None))
+        .filter(D::Id.eq(a.delivery_id))
+        .filter(D::LeaseToken.eq(a.token))
+        .exec(&tx)
+        .await?
+        .rows_affected
+        > 0;
+    if !owned {
+        delivery::Entity::update_many()
+            .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
+            .col_expr(D::LastStatusCode, Expr::value(a.status_code))
+            .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
+            .col_expr(D::LastError, Expr::value(a.error.clone()))
+            .filter(D::Id.eq(a.delivery_id))
+            .exec(&tx)
+            .await?;
+    }
+    if delivery::Entity::find_by_id(a.delivery_id).count(&tx).await? > 0 {
+        attempt::ActiveModel {
+            delivery_id: Set(a.delivery_id),
+            attempt: Set(a.number),
+            started_at: Set(a.started_at),
+            duration_ms: Set(a.duration_ms),
+            status_code: Set(a.status_code),
+            error: Set(a.error.clone()),
+            ..Default::default()
+        }
+        .insert(&tx)
+        .await?;
+    }
+    if a.next == Next::Disable {
+        endpoint::Entity::update_many()
+            .col_expr(endpoint::Column::Enabled, Expr::value(false))
+            .col_expr(endpoint::Column::DisabledAt, Expr::value(Some(a.started_at)))
+            .filter(endpoint::Column::Id.eq(a.endpoint_id))
+            .filter(endpoint::Column::Enabled.eq(true))
+            .exec(&tx)
+            .await?;
+        delivery::Entity::update_many()
+            .col_expr(D::Status, Expr::value(FAILED))
+            .col_expr(D::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None))
+            .col_expr(D::LeaseToken, Expr::value(Option::<i64>::None))
+            .filter(D::EndpointId.eq(a.endpoint_id))
+            .filter(D::Status.eq(PENDING))
+            .exec(&tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(owned)
+}
+
+/// Fails a claimed delivery without an attempt (its endpoint was disabled meanwhile).
+pub async fn abandon(db: &Db, delivery_id: i64, token: i64, why: &str) -> Result<(), StoreError> {
+    let _writing = db.writing().await;
+    delivery::Entity::update_many()
+        .col_expr(delivery::Column::Status, Expr::value(FAILED))
+        .col_expr(delivery::Column::NextAttemptAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(delivery::Column::LeaseToken, Expr::value(Option::<i64>::None))
+        .col_expr(delivery::Column::LastError, Expr::value(Some(why.to_owned())))
+        .filter(delivery::Column::Id.eq(delivery_id))
+        .filter(delivery::Column::LeaseToken.eq(token))
+        .exec(db.conn())
+        .await?;
+    Ok(())
+}
+
+/// Gives a claim back without an outcome (the worker is stopping): due again at `now`.
+pub async fn release(db: &Db, delivery_id: i64, token: i64, now: DateTime<Utc>) -> Result<(), StoreError> {
+    let _writing = db.writing().await;
+    delivery::Entity::update_many()
+        .col_expr(delivery::Column::NextAttemptAt, Expr::value(Some(now)))
+        .col_expr(delivery::Column::LeaseToken, Expr::value(Option::<i64>::None))
+        .filter(delivery::Column::Id.eq(delivery_id))
+        .filter(delivery::Column::LeaseToken.eq(token))
+        .filter(delivery::Column::Status.eq(PENDING))
+        .exec(db.conn())
+        .await?;
+    Ok(())
+}
+
+/// The queue: pending deliveries, and when the next one is due (the past: overdue).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueueState {
+    /// Deliveries `PENDING`.
+    pub pending: i64,
+    /// The earliest `next_attempt_at` among them.
+    pub next_due: Option<DateTime<Utc>>,
+}
+
+#[derive(FromQueryResult)]
+struct QueueRow {
+    pending: i64,
+    next_due: Option<DateTime<Utc>>,
+}
+
+/// The state of the whole queue (every instance's).
+pub async fn queue_state(conn: &impl ConnectionTrait) -> Result<QueueState, StoreError> {
+    let row = delivery::Entity::find()
+        .select_only()
+        .column_as(Expr::col(delivery::Column::Id).count(), "pending")
+        .column_as(Expr::col(delivery::Column::NextAttemptAt).min(), "next_due")
+        .filter(delivery::Column::Status.eq(PENDING))
+        .into_model::<QueueRow>()
+        .one(conn)
+        .await?;
+    Ok(row.map(|r| QueueState { pending: r.pending, next_due: r.next_due }).unwrap_or_default())
+}

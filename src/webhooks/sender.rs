@@ -1,0 +1,486 @@
+//! The webhook workers: every instance runs one, which claims due deliveries (any instance's),
+//! POSTs them, and writes down what came of each attempt.
+//!
+//! - Woken right after the relay commits new deliveries (and by a redelivery), and polling
+//!   `WEBHOOK_POLL_MS` as a fallback, or sooner when the next retry is due sooner.
+//! - At most `WEBHOOK_CONCURRENCY` attempts at once per instance; each has its own `tracing`
+//!   span (`webhook_attempt`: delivery, endpoint, attempt, event id).
+//! - Only a 2xx answer counts. Redirects are not followed (a 3xx is a failure), proxies from
+//!   the environment are not used, and every address connected to passes the SSRF rule
+//!   (a resolver that drops refused addresses, and a check of URLs naming an address).
+//! - A claim is a lease of [`LEASE`] in the database. Stopping, the worker waits
+//!   [`SHUTDOWN_GRACE`] for attempts under way, then gives the rest back (due at once, for the
+//!   next instance or start); a crash leaves them to be taken again when the lease ends. So
+//!   a partner may get an event twice (same `webhook-id`), never zero times.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, Instant},
+};
+
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use reqwest::{
+    dns::{Addrs, Name, Resolve, Resolving},
+    header::{CONTENT_TYPE, LOCATION},
+    Client, Url,
+};
+use tokio::{
+    sync::{watch, Notify},
+    task::{JoinHandle, JoinSet},
+};
+use tracing::Instrument;
+
+use super::{
+    address::{Scheme, UrlPolicy},
+    signing, signing_keys,
+};
+use crate::db::{
+    micros,
+    webhooks::{self as store, Attempt, Claimed, Next},
+    Db,
+};
+
+/// How long a claim keeps a delivery from other workers: well beyond the longest attempt.
+pub const LEASE: Duration = Duration::from_secs(120);
+/// How long a stopping worker waits for the attempts under way.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The `User-Agent` of every attempt.
+pub const USER_AGENT: &str = concat!("clinic-booking-webhooks/", env!("CARGO_PKG_VERSION"));
+/// Longest error text kept per attempt.
+const MAX_ERROR_LEN: usize = 500;
+/// Shortest wait between two looks at the queue (overdue rows another worker is claiming).
+const MIN_WAIT: Duration = Duration::from_millis(50);
+
+/// How an instance's worker sends.
+#[derive(Clone, Debug)]
+pub struct SenderSettings {
+    /// The waits before the 2nd, 3rd, … attempt.
+    pub schedule: Vec<Duration>,
+    /// Longest wait for an answer.
+    pub timeout: Duration,
+    /// How often to look at the queue when nothing rang.
+    pub poll_interval: Duration,
+    /// Attempts under way at once.
+    pub concurrency: usize,
+    /// The SSRF rule.
+    pub policy: Arc<UrlPolicy>,
+}
+
+/// The worker task of an instance. It stops when [`WebhookTasks::shutdown`] runs or this value
+/// is dropped.
+pub struct WebhookTasks {
+    stop: watch::Sender<bool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl WebhookTasks {
+    /// Stops the worker: attempts under way get [`SHUTDOWN_GRACE`], the rest are given back.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(mut handle) = self.handle.take() {
+            // The grace, then giving claims back: a few statements.
+            if tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(5), &mut handle).await.is_err() {
+                tracing::warn!("the webhook worker did not stop in time; aborting it");
+                handle.abort();
+            }
+        }
+    }
+}
+
+impl Drop for WebhookTasks {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// Starts the worker of an instance on `db`, rung by `wake`.
+pub fn start(db: Db, settings: SenderSettings, wake: Arc<Notify>) -> Result<WebhookTasks, String> {
+    let https = client(&settings, Scheme::Https)?;
+    let http = client(&settings, Scheme::Http)?;
+    let (stop, stopping) = watch::channel(false);
+    let worker =
+        Worker { shared: Arc::new(Shared { db, https, http, settings, leases: Mutex::default() }), wake, stopping };
+    Ok(WebhookTasks { stop, handle: Some(tokio::spawn(worker.run())) })
+}
+
+/// An HTTP client for URLs of one scheme, connecting only where the rule permits.
+fn client(settings: &SenderSettings, scheme: Scheme) -> Result<Client, String> {
+    let resolver = GuardedResolver { policy: Arc::clone(&settings.policy), scheme };
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(settings.timeout)
+        .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+        .user_agent(USER_AGENT)
+        .dns_resolver(Arc::new(resolver))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(2)
+        .build()
+        .map_err(|e| format!("webhook HTTP client: {e}"))
+}
+
+/// Resolves names and keeps only the addresses the SSRF rule permits for its scheme.
+#[derive(Clone)]
+struct GuardedResolver {
+    policy: Arc<UrlPolicy>,
+    scheme: Scheme,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let this = self.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs = this.policy.resolve_permitted(&host, this.scheme).await?;
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// What the worker and its attempts share.
+struct Shared {
+    db: Db,
+    https: Client,
+    http: Client,
+    settings: SenderSettings,
+    /// Claims of attempts under way (delivery → token), given back if the worker stops first.
+    leases: Mutex<HashMap<i64, i64>>,
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    wake: Arc<Notify>,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        let concurrency = self.shared.settings.concurrency.max(1);
+        let poll = self.shared.settings.poll_interval;
+        let mut in_flight: JoinSet<()> = JoinSet::new();
+        loop {
+            while let Some(done) = in_flight.try_join_next() {
+                report_panic(done);
+            }
+            let room = concurrency.saturating_sub(in_flight.len());
+            let mut wait = poll;
+            if room > 0 {
+                match self.claim(room).await {
+                    Ok(batch) => {
+                        for (claimed, token) in batch {
+                            let shared = Arc::clone(&self.shared);
+                            in_flight.spawn(async move { shared.attempt(claimed, token).await });
+                        }
+                        if in_flight.len() < concurrency {
+                            wait = self.until_next_due(poll).await;
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "claiming webhook deliveries failed; retrying"),
+                }
+            }
+            let full = in_flight.len() >= concurrency;
+            tokio::select! {
+                () = stopped(&mut self.stopping) => break,
+                () = self.wake.notified() => {}
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => report_panic(done),
+                () = tokio::time::sleep(wait), if !full => {}
+            }
+        }
+        self.stop(in_flight).await;
+    }
+
+    /// Claims up to `room` due deliveries under a fresh token.
+    async fn claim(&self, room: usize) -> Result<Vec<(Claimed, i64)>, crate::db::StoreError> {
+        let now = micros(Utc::now());
+        let token: i64 = rand::thread_rng().gen_range(1..i64::MAX);
+        let lease_until = now + chrono::Duration::from_std(LEASE).unwrap_or_else(|_| chrono::Duration::minutes(2));
+        let batch = store::claim_due(&self.shared.db, now, lease_until, token, room as u64).await?;
+        let mut leases = self.shared.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(batch
+            .into_iter()
+            .map(|c| {
+                leases.insert(c.delivery.id, token);
+                (c, token)
+            })
+            .collect())
+    }
+
+    /// Sets the queue gauges; returns how long to wait for the next due delivery (at most `poll`).
+    async fn until_next_due(&self, poll: Duration) -> Duration {
+        match store::queue_state(self.shared.db.conn()).await {
+            Ok(state) => {
+                let now = Utc::now();
+                metrics::gauge!("webhook_queue_depth").set(state.pending as f64);
+                let overdue = state.next_due.map_or(0.0, |due| (now - due).num_milliseconds().max(0) as f64 / 1000.0);
+                metrics::gauge!("webhook_queue_oldest_due_seconds").set(overdue);
+                state.next_due.map_or(poll, |due| (due - now).to_std().unwrap_or(Duration::ZERO).clamp(MIN_WAIT, poll))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the webhook queue failed");
+                poll
+            }
+        }
+    }
+
+    /// Waits the grace for attempts under way, then stops the rest and gives their claims back.
+    async fn stop(&self, mut in_flight: JoinSet<()>) {
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while let Some(done) = in_flight.join_next().await {
+                report_panic(done);
+            }
+        })
+        .await;
+        if drained.is_ok() {
+            return;
+        }
+        in_flight.abort_all();
+        while in_flight.join_next().await.is_some() {}
+        let leases: Vec<(i64, i64)> =
+            self.shared.leases.lock().unwrap_or_else(PoisonError::into_inner).drain().collect();
+        let now = micros(Utc::now());
+        for (delivery, token) in leases {
+            // It may have reached the partner: it goes again, with the same webhook-id.
+            tracing::info!(delivery, "webhook attempt interrupted by shutdown; it will be sent again");
+            if let Err(error) = store::release(&self.shared.db, delivery, token, now).await {
+                tracing::warn!(delivery, %error, "cannot give a webhook delivery back; it is due when its lease ends");
+            }
+        }
+    }
+}
+
+fn report_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!("a webhook attempt panicked");
+        }
+    }
+}
+
+/// Resolves once `stop` says true or its sender is gone.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(drop);
+}
+
+/// How an attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// An HTTP answer with this status (and the `Location` of a redirect).
+    Status(u16, Option<String>),
+    /// No answer: why.
+    Error(String),
+}
+
+impl Shared {
+    /// One attempt of a claimed delivery, in its own span; writes down its outcome.
+    async fn attempt(self: Arc<Self>, claimed: Claimed, token: i64) {
+        let d = &claimed.delivery;
+        let number = d.attempts.saturating_add(1);
+        let span = tracing::info_span!(
+            "webhook_attempt",
+            delivery_id = d.id,
+            endpoint_id = claimed.endpoint.id,
+            attempt = number,
+            event_id = %d.event_id,
+        );
+        async {
+            if !claimed.endpoint.enabled {
+                // Recorded while a 410 was disabling the endpoint: fail it, send nothing.
+                if let Err(error) = store::abandon(&self.db, d.id, token, "the endpoint is disabled").await {
+                    tracing::warn!(%error, "cannot fail a delivery of a disabled endpoint");
+                }
+                metrics::counter!("webhook_deliveries_total", "outcome" => "failed").increment(1);
+                self.leases.lock().unwrap_or_else(PoisonError::into_inner).remove(&d.id);
+                return;
+            }
+            let started_at = micros(Utc::now());
+            let clock = Instant::now();
+            let answer = self.send(&claimed, started_at).await;
+            let elapsed = clock.elapsed();
+            metrics::histogram!("webhook_attempt_seconds").record(elapsed.as_secs_f64());
+            let next = next_state(&self.settings.schedule, &answer, number, d.max_attempts, started_at);
+            let (status_code, error) = match &answer {
+                Answer::Status(code, location) => (Some(i32::from(*code)), redirect_note(*code, location.as_deref())),
+                Answer::Error(why) => (None, Some(why.clone())),
+            };
+            let outcome = match next {
+                Next::Succeeded => "succeeded",
+                Next::Retry(_) => "retried",
+                Next::Failed => "failed",
+                Next::Disable => "disabled",
+            };
+            match &answer {
+                Answer::Status(code, _) => tracing::info!(status = code, outcome, "webhook attempt"),
+                Answer::Error(why) => tracing::info!(error = %why, outcome, "webhook attempt"),
+            }
+            if next == Next::Disable {
+                tracing::warn!(endpoint = claimed.endpoint.id, "endpoint answered 410 Gone: disabled");
+            }
+            let attempt = Attempt {
+                delivery_id: d.id,
+                endpoint_id: claimed.endpoint.id,
+                token,
+                number,
+                started_at,
+                duration_ms: i32::try_from(elapsed.as_millis()).unwrap_or(i32::MAX),
+                status_code,
+                error,
+                next,
+            };
+            match store::record_attempt(&self.db, &attempt).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!("the delivery was redelivered or taken meanwhile; only the attempt is logged")
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot write a webhook attempt down; it is sent again when its lease ends")
+                }
+            }
+            metrics::counter!("webhook_deliveries_total", "outcome" => outcome).increment(1);
+            self.leases.lock().unwrap_or_else(PoisonError::into_inner).remove(&d.id);
+        }
+        .instrument(span)
+        .await;
+    }
+
+    /// POSTs the delivery's body, signed at `at`.
+    async fn send(&self, claimed: &Claimed, at: DateTime<Utc>) -> Answer {
+        let (d, endpoint) = (&claimed.delivery, &claimed.endpoint);
+        let url = match Url::parse(&endpoint.url) {
+            Ok(url) => url,
+            Err(e) => return Answer::Error(format!("stored URL unusable: {e}")),
+        };
+        let (scheme, client) = match url.scheme() {
+            "https" => (Scheme::Https, &self.https),
+            "http" => (Scheme::Http, &self.http),
+            other => return Answer::Error(format!("scheme {other} is not sent to")),
+        };
+        // A URL naming an address connects without the resolver: check it here.
+        if let Err(why) = self.settings.policy.literal(&url, scheme) {
+            return Answer::Error(format!("refused address: {why}"));
+        }
+        let keys = match signing_keys(endpoint, at) {
+            Ok(keys) => keys,
+            Err(why) => return Answer::Error(why),
+        };
+        let timestamp = at.timestamp();
+        let signature = signing::signature_header(&keys, &d.event_id, timestamp, d.payload.as_bytes());
+        let request = client
+            .post(url)
+            .header(CONTENT_TYPE, "application/json")
+            .header("webhook-id", d.event_id.as_str())
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(d.payload.clone());
+        match request.send().await {
+            Ok(response) => {
+                let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+                // The body is not read: only the status counts.
+                Answer::Status(response.status().as_u16(), location)
+            }
+            Err(e) => Answer::Error(describe(&e, self.settings.timeout)),
+        }
+    }
+}
+
+/// What follows an attempt: success on 2xx, disabling on 410, else a retry while the schedule
+/// has waits left (attempt `number` of `max_attempts`), then `FAILED`.
+fn next_state(schedule: &[Duration], answer: &Answer, number: i32, max_attempts: i32, at: DateTime<Utc>) -> Next {
+    match answer {
+        Answer::Status(200..=299, _) => return Next::Succeeded,
+        Answer::Status(410, _) => return Next::Disable,
+        _ => {}
+    }
+    if number >= max_attempts {
+        return Next::Failed;
+    }
+    // The wait before attempt n + 1 is the schedule's n-th; past its end (a redelivery allowed
+    // more), the last one.
+    let index = usize::try_from(number.saturating_sub(1)).unwrap_or(0);
+    match schedule.get(index).or(schedule.last()).and_then(|w| chrono::Duration::from_std(*w).ok()) {
+        Some(wait) => Next::Retry(at + wait),
+        None => Next::Failed,
+    }
+}
+
+/// The error noted for a redirect (not followed).
+fn redirect_note(code: u16, location: Option<&str>) -> Option<String> {
+    (300..400).contains(&code).then(|| match location {
+        Some(to) => format!("redirect to {} not followed", truncate(to, 200)),
+        None => "redirect not followed".to_owned(),
+    })
+}
+
+/// A reqwest error with its causes, short.
+fn describe(error: &reqwest::Error, timeout: Duration) -> String {
+    if error.is_timeout() {
+        return format!("no answer within {} ms", timeout.as_millis());
+    }
+    let mut parts = vec![error.to_string()];
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    truncate(&parts.join(": "), MAX_ERROR_LEN)
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule(secs: &[u64]) -> Vec<Duration> {
+        secs.iter().map(|s| Duration::from_secs(*s)).collect()
+    }
+
+    #[test]
+    fn the_schedule_then_failed() {
+        let s = schedule(&[5, 300]);
+        let at = Utc::now();
+        let fail = Answer::Status(500, None);
+        let secs = chrono::Duration::seconds;
+        assert_eq!(next_state(&s, &fail, 1, 3, at), Next::Retry(at + secs(5)));
+        assert_eq!(next_state(&s, &fail, 2, 3, at), Next::Retry(at + secs(300)));
+        assert_eq!(next_state(&s, &fail, 3, 3, at), Next::Failed);
+        // A redelivery allows one attempt beyond those made.
+        assert_eq!(next_state(&s, &fail, 4, 4, at), Next::Failed);
+        assert_eq!(next_state(&s, &fail, 4, 6, at), Next::Retry(at + secs(300)));
+        assert_eq!(next_state(&s, &Answer::Error("refused".into()), 1, 3, at), Next::Retry(at + secs(5)));
+        assert_eq!(next_state(&[], &fail, 1, 3, at), Next::Failed);
+    }
+
+    #[test]
+    fn only_2xx_counts_and_410_disables() {
+        let s = schedule(&[5]);
+        let at = Utc::now();
+        for code in [200, 201, 204, 299] {
+            assert_eq!(next_state(&s, &Answer::Status(code, None), 2, 2, at), Next::Succeeded);
+        }
+        for code in [100, 301, 302, 304, 307, 400, 401, 404, 429, 500, 503] {
+            assert!(matches!(next_state(&s, &Answer::Status(code, None), 1, 2, at), Next::Retry(_)), "{code}");
+        }
+        assert_eq!(next_state(&s, &Answer::Status(410, None), 1, 2, at), Next::Disable);
+        assert_eq!(
+            redirect_note(302, Some("https://elsewhere/")).as_deref(),
+            Some("redirect to https://elsewhere/ not followed")
+        );
+        assert_eq!(redirect_note(500, None), None);
+    }
+
+    #[test]
+    fn long_errors_are_cut_at_a_character() {
+        assert_eq!(truncate("ééé", 2), "éé…");
+        assert_eq!(truncate("ab", 2), "ab");
+    }
+}
