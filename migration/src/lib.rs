@@ -18,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_initial;
 mod m20261201_000001_lifecycle;
+mod m20261201_000002_messages;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -25,7 +26,11 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_initial::Migration), Box::new(m20261201_000001_lifecycle::Migration)]
+        vec![
+            Box::new(m20261130_000001_initial::Migration),
+            Box::new(m20261201_000001_lifecycle::Migration),
+            Box::new(m20261201_000002_messages::Migration),
+        ]
     }
 }
 
@@ -38,3 +43,8 @@ pub const UQ_APPOINTMENT_ACTIVE_PATIENT: &str = "uq_appointment_active_patient";
 /// Name of the rule "no two active appointments of one patient overlap in time": an exclusion
 /// constraint on PostgreSQL, triggers on SQLite (`…_insert`, `…_update`) raising this name.
 pub const EX_APPOINTMENT_PATIENT_OVERLAP: &str = "ex_appointment_patient_overlap";
+/// Name of the unique index "one message per (outbox row, channel, purpose)": the relay's
+/// recording of messages stays idempotent when a pass is retried.
+pub const UQ_MESSAGE_OUTBOX_CHANNEL: &str = "uq_patient_message_outbox_channel";
+/// Name of the partial unique index "one reminder per (appointment, channel)".
+pub const UQ_MESSAGE_REMINDER: &str = "uq_patient_message_reminder";
