@@ -14,6 +14,7 @@ use crate::{
     graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
+    notify::{NotifySettings, NotifyTasks},
 };
 
 /// Why an instance could not start.
@@ -31,6 +32,9 @@ pub enum StartupError {
     /// The signing secret is unusable.
     #[error("JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
+    /// The mail server or SMS gateway settings are unusable.
+    #[error("{0}")]
+    Notify(String),
 }
 
 /// A built instance, bound to its port, not yet serving.
@@ -40,6 +44,8 @@ pub struct Application {
     state: AppState,
     /// The outbox relay and Redis subscriber: they stop with the server, or when this is dropped.
     live_tasks: LiveTasks,
+    /// The message worker: it stops after them.
+    notify_tasks: NotifyTasks,
 }
 
 impl Application {
@@ -70,6 +76,10 @@ impl Application {
         db.migrate().await?;
         let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
         let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        // Telling people: the relay records messages, this instance's worker sends them.
+        let notify = NotifySettings::from_config(&config).map_err(StartupError::Notify)?;
+        notify.announce(config.single_process());
+        let (messages, notify_tasks) = crate::notify::start(db.clone(), notify);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -80,7 +90,7 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
-                follow_ups: Vec::new(),
+                follow_ups: vec![messages as Arc<dyn crate::events::FollowUp>],
                 // Other instances' commits reach the rendered answers through the bus.
                 observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },
@@ -106,7 +116,7 @@ impl Application {
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;
-        Ok(Self { listener, addr, state, live_tasks })
+        Ok(Self { listener, addr, state, live_tasks, notify_tasks })
     }
 
     /// The bound address.
@@ -126,11 +136,13 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks } = self;
+        let Self { listener, addr, state, live_tasks, notify_tasks } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
         live_tasks.shutdown().await;
+        // After the relay: what it recorded last is sent or stays queued, nothing is sent twice.
+        notify_tasks.shutdown().await;
         served
     }
 }

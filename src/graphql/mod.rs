@@ -5,6 +5,7 @@ pub mod context;
 pub mod direct;
 pub mod error;
 pub mod loaders;
+pub mod messages;
 mod mutation;
 mod query;
 pub mod scalars;
@@ -18,22 +19,23 @@ use async_graphql::{
 
 pub use context::RequestContext;
 pub use loaders::Loaders;
+pub use messages::{MessagesMutation, MessagesQuery};
 pub use mutation::BookingMutation;
 pub use query::BookingQuery;
 pub use subscription::{SubscriptionExecutor, SubscriptionRoot};
 
-use crate::booking::BookingService;
+use crate::{booking::BookingService, notify::ContactService};
 
 // Each part of the domain contributes its own object, in its own file.
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery);
+pub struct QueryRoot(BookingQuery, MessagesQuery);
 
 /// Write operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(BookingMutation);
+pub struct MutationRoot(BookingMutation, MessagesMutation);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -67,7 +69,7 @@ fn build(limits: QueryLimits, service: Option<BookingService>, mode: ValidationM
         .limit_complexity(limits.complexity)
         .validation_mode(mode);
     if let Some(service) = service {
-        builder = builder.data(service);
+        builder = builder.data(ContactService::new(service.db().clone())).data(service);
     }
     builder.finish()
 }
