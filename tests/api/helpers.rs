@@ -117,6 +117,11 @@ impl TestDatabase {
         }
     }
 
+    /// The data directory of servers on this database (`DATA_DIR`).
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// The configuration of a server on this database.
     pub(crate) fn config(&self, extra: &[(&str, &str)]) -> Config {
         let mut vars: HashMap<String, String> = HashMap::from([
@@ -181,6 +186,7 @@ pub(crate) struct TestApp {
     /// The HTTP client.
     pub(crate) client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestApp {
@@ -197,7 +203,7 @@ impl TestApp {
         let port = app.port();
         let db = app.db().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(app.run_until_stopped(async {
+        let server = tokio::spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
         Self {
@@ -206,6 +212,21 @@ impl TestApp {
             db,
             client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
             shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    /// Stops the server cleanly, as SIGTERM does, and waits until it has stopped (its
+    /// background tasks included).
+    pub(crate) async fn stop(mut self) {
+        let (shutdown, server) = (self.shutdown.take(), self.server.take());
+        drop(self);
+        if let Some(tx) = shutdown {
+            let _ = tx.send(());
+        }
+        if let Some(server) = server {
+            let stopped = tokio::time::timeout(Duration::from_secs(60), server).await;
+            assert!(matches!(stopped, Ok(Ok(Ok(())))), "the server stops cleanly: {stopped:?}");
         }
     }
 
