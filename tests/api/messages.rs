@@ -418,3 +418,31 @@ async fn reminders_go_out_before_appointments_still_booked() {
     assert_eq!(skipped.status, "SKIPPED", "{skipped:?}");
     assert!(!database.data_dir().join(format!("outbox-mail/{}.eml", skipped.id)).exists());
 }
+
+#[tokio::test]
+async fn recording_is_idempotent_per_outbox_row_and_channel() {
+    let (app, _db) = TestApp::spawn().await;
+    let now = clinic_booking::db::micros(Utc::now());
+    let message = |outbox_id: i64, purpose: &'static str, channel: &'static str| messages::NewMessage {
+        outbox_id,
+        purpose,
+        event: "BOOKED",
+        appointment_id: 99_999,
+        patient_id: 1,
+        channel,
+        recipient: "p1@example.org".into(),
+        locale: None,
+        facts: "{}".into(),
+        // Far ahead: no worker takes them during the test.
+        due_at: now + chrono::Duration::days(365),
+        committed_at: now,
+    };
+    let pass = [message(1, "EVENT", "EMAIL"), message(1, "EVENT", "SMS"), message(1, "REMINDER", "EMAIL")];
+    assert_eq!(messages::record(app.db.conn(), &pass, now).await.unwrap(), 3);
+    // The same pass again (a retried relay pass) records nothing new…
+    assert_eq!(messages::record(app.db.conn(), &pass, now).await.unwrap(), 0);
+    // …and a second event asking for the same appointment's reminder adds only its own message.
+    let later = [message(2, "EVENT", "EMAIL"), message(2, "REMINDER", "EMAIL")];
+    assert_eq!(messages::record(app.db.conn(), &later, now).await.unwrap(), 1);
+    assert_eq!(recorded(&app, "99999").await.len(), 4);
+}
