@@ -36,6 +36,44 @@ impl DatabaseTarget {
     pub fn is_sqlite(&self) -> bool {
         matches!(self, Self::Sqlite(_))
     }
+
+    /// The target for messages, with no password: `postgres://user@host:port/db` (a password in
+    /// the URL's user part or in a `password=` parameter is left out), or `sqlite://path`.
+    pub fn redacted(&self) -> String {
+        match self {
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => redact_url(url),
+        }
+    }
+}
+
+/// `url` without the password of its user part nor any `password=` query parameter.
+pub fn redact_url(url: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            // The user part ends at the last '@' before the path.
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => {
+                    let user = rest[..at].split(':').next().unwrap_or_default();
+                    format!("{scheme}://{user}@{}", &rest[at + 1..])
+                }
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    let kept: Vec<&str> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.to_ascii_lowercase().starts_with("password="))
+        .collect();
+    if kept.is_empty() {
+        base
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    }
 }
 
 /// The text of the JWT signing secret; never printed.
@@ -103,6 +141,125 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log collectors.
     Json,
+}
+
+/// The browser origins allowed to call the API from pages of other sites (CORS) and to open
+/// WebSockets (`CORS_ALLOWED_ORIGINS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllowedOrigins {
+    /// Any origin (`*`); responses then allow no credentials.
+    Any,
+    /// Exactly these origins, as browsers write them: `scheme://host[:port]`, lower case, no
+    /// default port. Empty: no other site (the production default).
+    List(Vec<String>),
+    /// Any `http` origin on this machine (`localhost`, `127.0.0.1`, `[::1]`, any port): the
+    /// default in single-process dev mode, for a front end served by a local dev server.
+    Loopback,
+}
+
+impl AllowedOrigins {
+    /// Parses a `CORS_ALLOWED_ORIGINS` value: `*`, or origins separated by commas (empty
+    /// entries are ignored). `Err` carries the bad entry and why.
+    pub fn parse(value: &str) -> Result<Self, (String, String)> {
+        let entries: Vec<&str> = value.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        if entries.contains(&"*") {
+            if entries.len() > 1 {
+                return Err(("*".into(), "* (any origin) stands alone, without other origins".into()));
+            }
+            return Ok(Self::Any);
+        }
+        let mut origins = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let origin = normalize_origin(entry).map_err(|reason| (entry.to_owned(), reason))?;
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+        Ok(Self::List(origins))
+    }
+
+    /// True when a browser page of `origin` (an `Origin` header's value) may call the API.
+    pub fn allows(&self, origin: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::List(origins) => origins.iter().any(|o| o.eq_ignore_ascii_case(origin)),
+            Self::Loopback => normalize_origin(origin).is_ok_and(|o| {
+                let Some(authority) = o.strip_prefix("http://") else { return false };
+                let host = match authority.rsplit_once(':') {
+                    Some((host, port)) if !port.contains(']') => host,
+                    _ => authority,
+                };
+                matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+            }),
+        }
+    }
+
+    /// True when no other site is allowed at all.
+    pub fn is_none(&self) -> bool {
+        matches!(self, Self::List(origins) if origins.is_empty())
+    }
+}
+
+/// An origin as browsers serialize it (lower case, no default port), or why `raw` is none.
+fn normalize_origin(raw: &str) -> Result<String, String> {
+    const SHAPE: &str = "an origin is scheme://host[:port], e.g. https://app.example.com";
+    let Some((scheme, authority)) = raw.split_once("://") else {
+        return Err(format!("{SHAPE} (no scheme:// found)"));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !scheme_ok {
+        return Err(format!("{SHAPE} (bad scheme)"));
+    }
+    if authority.contains(['/', '?', '#']) {
+        return Err(format!("{SHAPE}, without a path, not even a trailing /"));
+    }
+    if authority.contains('@') {
+        return Err(format!("{SHAPE}, without user name or password"));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, rest) = v6.split_once(']').ok_or_else(|| format!("{SHAPE} (unclosed [ of an IPv6 address)"))?;
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("{SHAPE} ({addr} is not an IPv6 address)"));
+            }
+            let port = match rest {
+                "" => None,
+                _ => Some(rest.strip_prefix(':').ok_or_else(|| format!("{SHAPE} (text after the IPv6 address)"))?),
+            };
+            (format!("[{}]", addr.to_ascii_lowercase()), port)
+        }
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            let host_ok = !host.is_empty()
+                && !host.starts_with(['.', '-'])
+                && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+            if !host_ok {
+                return Err(format!("{SHAPE} (bad host {host:?})"));
+            }
+            (host.to_ascii_lowercase(), port)
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err(format!("{SHAPE} (bad port {p:?})")),
+        },
+    };
+    let default_port = match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    Ok(match port {
+        Some(n) if Some(n) != default_port => format!("{scheme}://{host}:{n}"),
+        _ => format!("{scheme}://{host}"),
+    })
 }
 
 /// Every setting of a server instance.
@@ -188,6 +345,11 @@ pub struct Config {
     pub notify_poll_interval: Duration,
     /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 8).
     pub notify_concurrency: usize,
+    /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
+    pub hold_ttl: Duration,
+    /// Origins whose pages may call the API and open WebSockets (`CORS_ALLOWED_ORIGINS`; default
+    /// none, or any loopback `http` origin in single-process dev mode).
+    pub cors_allowed_origins: AllowedOrigins,
 }
 
 /// A setting that could not be used, with the variable's name and why.
@@ -259,6 +421,15 @@ impl Config {
                     .into(),
             });
         }
+        let cors_allowed_origins = match get("CORS_ALLOWED_ORIGINS") {
+            Some(value) => AllowedOrigins::parse(&value).map_err(|(entry, reason)| ConfigError {
+                var: "CORS_ALLOWED_ORIGINS",
+                value: entry,
+                reason,
+            })?,
+            None if single_process => AllowedOrigins::Loopback,
+            None => AllowedOrigins::List(Vec::new()),
+        };
         let db_pool_max = at_least(parse(&get, "DB_POOL_MAX", Some(32), "a number of connections")?, 2, "DB_POOL_MAX")?;
         let bind_addr = parse(&get, "BIND_ADDR", "127.0.0.1:8080".parse().ok(), "an address like 127.0.0.1:8080")?;
         let log_format = match get("LOG_FORMAT").as_deref() {
@@ -407,6 +578,12 @@ impl Config {
                 1,
                 "WS_MAX_SUBSCRIPTIONS",
             )?,
+            hold_ttl: Duration::from_secs(at_least(
+                parse(&get, "HOLD_TTL_SECS", Some(600), "a number of seconds")?,
+                1,
+                "HOLD_TTL_SECS",
+            )?),
+            cors_allowed_origins,
         })
     }
 
@@ -534,6 +711,15 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    #[test]
+    fn urls_in_messages_carry_no_password() {
+        assert_eq!(redact_url("postgres://nobody:s3cret@127.0.0.1:5432/test"), "postgres://nobody@127.0.0.1:5432/test");
+        assert_eq!(redact_url("postgres://u:p@ss@h/db?sslmode=require"), "postgres://u@h/db?sslmode=require");
+        assert_eq!(redact_url("postgres://h/db?password=x&application_name=a"), "postgres://h/db?application_name=a");
+        assert_eq!(redact_url("redis://:pw@127.0.0.1:6379"), "redis://@127.0.0.1:6379");
+        assert_eq!(redact_url("postgres://postgres@127.0.0.1:5432/test"), "postgres://postgres@127.0.0.1:5432/test");
+    }
+
     fn config(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| map.get(k).cloned())
@@ -581,6 +767,8 @@ mod tests {
             ("BOOKING_QUEUE_TIMEOUT_MS", "0"),
             ("REDIS_TIMEOUT_MS", "0"),
             ("DB_STATEMENT_TIMEOUT_MS", "50"),
+            ("HOLD_TTL_SECS", "0"),
+            ("HOLD_TTL_SECS", "10m"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }
@@ -626,6 +814,64 @@ mod tests {
             assert_eq!(err.var, var, "{vars:?}");
             assert!(!err.to_string().contains(":p@"), "the password is hidden: {err}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn cors_origins_default_by_mode_and_are_validated() -> Result<(), ConfigError> {
+        assert_eq!(config(&[])?.cors_allowed_origins, AllowedOrigins::Loopback);
+        let production = [("DATABASE_URL", "postgres://x@localhost/db"), ("JWT_SECRET", "0123456789abcdef")];
+        assert!(config(&production)?.cors_allowed_origins.is_none());
+        let c = config(&[("CORS_ALLOWED_ORIGINS", " https://App.Example.com:443, http://localhost:3000,,")])?;
+        assert_eq!(
+            c.cors_allowed_origins,
+            AllowedOrigins::List(vec!["https://app.example.com".into(), "http://localhost:3000".into()])
+        );
+        assert_eq!(config(&[("CORS_ALLOWED_ORIGINS", "*")])?.cors_allowed_origins, AllowedOrigins::Any);
+        assert_eq!(
+            config(&[("CORS_ALLOWED_ORIGINS", "http://[::1]:8080")])?.cors_allowed_origins,
+            AllowedOrigins::List(vec!["http://[::1]:8080".into()])
+        );
+        for bad in [
+            "app.example.com",
+            "https://app.example.com/",
+            "https://app.example.com/path",
+            "https://user@app.example.com",
+            "https://app.example.com:0",
+            "https://app.example.com:99999",
+            "https://app.example.com:",
+            "https://:8080",
+            "https://exa mple.com",
+            "https://[::1",
+            "https://[nope]",
+            "1http://x",
+            "https://ok.example.com, *",
+        ] {
+            let err = config(&[("CORS_ALLOWED_ORIGINS", bad)]).unwrap_err();
+            assert_eq!(err.var, "CORS_ALLOWED_ORIGINS", "{bad}");
+            assert!(err.to_string().starts_with("CORS_ALLOWED_ORIGINS="), "{err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn origins_match_as_browsers_send_them() -> Result<(), (String, String)> {
+        let list = AllowedOrigins::parse("https://app.example.com, http://localhost:3000")?;
+        assert!(list.allows("https://app.example.com"));
+        assert!(list.allows("http://localhost:3000"));
+        for refused in ["http://app.example.com", "https://app.example.com:8443", "http://localhost:3001", "null"] {
+            assert!(!list.allows(refused), "{refused}");
+        }
+        let dev = AllowedOrigins::Loopback;
+        for ok in ["http://localhost", "http://localhost:5173", "http://127.0.0.1:8080", "http://[::1]:3000"] {
+            assert!(dev.allows(ok), "{ok}");
+        }
+        for refused in ["https://localhost", "http://localhost.evil.com", "http://127.0.0.2", "http://evil.com", "null"]
+        {
+            assert!(!dev.allows(refused), "{refused}");
+        }
+        assert!(AllowedOrigins::Any.allows("https://anything.example"));
+        assert!(!AllowedOrigins::parse("")?.allows("http://localhost"));
         Ok(())
     }
 

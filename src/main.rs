@@ -4,10 +4,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use clinic_booking::{
-    auth::{load_or_create_dev_secret, Claims, Role, TokenIssuer},
+    auth::{load_or_create_dev_secret, Claims, Role, TokenError, TokenIssuer},
     config::Config,
     db::{Db, PoolSettings},
-    startup::{shutdown_signal, Application},
+    startup::{shutdown_signal, Application, StartupError},
     telemetry,
 };
 
@@ -64,11 +64,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let _log_writer = telemetry::init(config.log_format);
-    match run(command, config).await {
+    let log_writer = telemetry::init(config.log_format);
+    let result = run(command, config).await;
+    // The log lines written so far come first.
+    drop(log_writer);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
+            // Once, on stderr: the errors carry their cause in their own line (no source chain).
             eprintln!("clinic-booking: {e:#}");
             ExitCode::FAILURE
         }
@@ -88,19 +91,34 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 statement_timeout: std::time::Duration::from_secs(600),
                 hot_connections: 0,
             };
-            Db::connect(&config.database, &settings).await?.migrate().await?;
+            let db = Db::connect(&config.database, &settings)
+                .await
+                .map_err(|e| StartupError::database(&config.database, &e))?;
+            db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
             println!("migrations applied");
         }
         Command::Token { role, sub, doctor_id, ttl_hours } => {
-            let secret = match config.jwt_secret {
-                Some(s) => s,
-                None => load_or_create_dev_secret(&config.data_dir)?.0,
-            };
             let claims = Claims {
                 sub,
                 role: role.as_str().to_owned(),
                 exp: chrono::Utc::now().timestamp() + ttl_hours * 3600,
                 doctor_id,
+            };
+            // The server's own check of presented claims: a token it would refuse is not printed.
+            if let Err(e) = claims.caller() {
+                let reason = match e {
+                    TokenError::Claims(reason) => reason,
+                    other => other.to_string(),
+                };
+                anyhow::bail!("token: the server would refuse this token: {reason} (see --sub and --doctor-id)");
+            }
+            let secret = match config.jwt_secret {
+                Some(s) => s,
+                None => {
+                    load_or_create_dev_secret(&config.data_dir)
+                        .map_err(|e| StartupError::dev_secret(&config.data_dir, &e))?
+                        .0
+                }
             };
             println!("{}", TokenIssuer::new(&secret)?.issue(&claims)?);
         }

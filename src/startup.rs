@@ -7,8 +7,8 @@ use tokio::net::TcpListener;
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
-    booking::BookingService,
-    config::Config,
+    booking::{BookingService, ExpiryJob, EXPIRY_INTERVAL},
+    config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
     events::{Live, LiveSettings, LiveTasks},
     graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
@@ -17,24 +17,103 @@ use crate::{
     notify::{NotifySettings, NotifyTasks},
 };
 
-/// Why an instance could not start.
+/// Why an instance could not start: one line that names the setting, its value (without a
+/// password) and the cause, said once (no chain of sources repeating it).
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    /// The database could not be opened or migrated.
-    #[error("database: {0}")]
-    Database(#[from] StoreError),
-    /// The port could not be bound, or the data directory written.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// Redis URL unusable.
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// The signing secret is unusable.
-    #[error("JWT_SECRET: {0}")]
+    /// The database could not be reached or opened.
+    #[error("cannot connect to DATABASE_URL ({target}): {reason}")]
+    Database {
+        /// The target, redacted.
+        target: String,
+        /// The cause.
+        reason: String,
+    },
+    /// The database was reached but its migrations failed.
+    #[error("cannot migrate DATABASE_URL ({target}): {reason}")]
+    Migrate {
+        /// The target, redacted.
+        target: String,
+        /// The cause.
+        reason: String,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on BIND_ADDR={addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        reason: String,
+    },
+    /// The dev-mode signing secret could not be read or written.
+    #[error("cannot keep the dev signing secret in DATA_DIR={dir} (or set JWT_SECRET): {reason}")]
+    DevSecret {
+        /// The data directory.
+        dir: String,
+        /// The cause.
+        reason: String,
+    },
+    /// `JWT_SECRET` is not usable for signing.
+    #[error("cannot sign with JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
     /// The mail server or SMS gateway settings are unusable.
     #[error("{0}")]
     Notify(String),
+    /// `REDIS_URL` is not usable.
+    #[error("cannot use REDIS_URL ({url}): {reason}")]
+    Redis {
+        /// The URL, redacted.
+        url: String,
+        /// The cause.
+        reason: String,
+    },
+}
+
+impl StartupError {
+    /// The database at `target` could not be reached or opened.
+    pub fn database(target: &DatabaseTarget, err: &StoreError) -> Self {
+        Self::Database { target: target.redacted(), reason: store_reason(err) }
+    }
+
+    /// The database at `target` could not be migrated.
+    pub fn migrate(target: &DatabaseTarget, err: &StoreError) -> Self {
+        Self::Migrate { target: target.redacted(), reason: store_reason(err) }
+    }
+
+    /// The dev secret could not be kept in `dir`.
+    pub fn dev_secret(dir: &std::path::Path, err: &std::io::Error) -> Self {
+        Self::DevSecret { dir: dir.display().to_string(), reason: io_reason(err) }
+    }
+}
+
+/// The cause of a store error, once: the database's own message when it sent one.
+fn store_reason(err: &StoreError) -> String {
+    use sea_orm::{DbErr, RuntimeErr};
+    match err {
+        StoreError::Connect(e) => sqlx_reason(e),
+        StoreError::Db(DbErr::Conn(RuntimeErr::SqlxError(e)) | DbErr::Exec(RuntimeErr::SqlxError(e)))
+        | StoreError::Db(DbErr::Query(RuntimeErr::SqlxError(e))) => sqlx_reason(e),
+        StoreError::Db(DbErr::ConnectionAcquire(_)) => sqlx_reason(&sqlx::Error::PoolTimedOut),
+        StoreError::Db(e) => e.to_string(),
+        StoreError::Inconsistent(msg) => msg.clone(),
+    }
+}
+
+fn sqlx_reason(err: &sqlx::Error) -> String {
+    match err {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Io(io) => io_reason(io),
+        sqlx::Error::PoolTimedOut => "no connection within the time-out (is the server up and reachable?)".into(),
+        other => other.to_string(),
+    }
+}
+
+/// An I/O error as a lower-case phrase without the OS error number.
+fn io_reason(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or_default();
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// A built instance, bound to its port, not yet serving.
@@ -46,6 +125,31 @@ pub struct Application {
     live_tasks: LiveTasks,
     /// The message worker: it stops after them.
     notify_tasks: NotifyTasks,
+    /// The domain's own background jobs (hold expiry).
+    jobs: Jobs,
+}
+
+/// Background jobs that stop with the server: told by the watch, then awaited briefly.
+struct Jobs {
+    stop: tokio::sync::watch::Sender<bool>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Jobs {
+    async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        for handle in std::mem::take(&mut self.handles) {
+            if tokio::time::timeout(Duration::from_secs(5), handle).await.is_err() {
+                tracing::warn!("a background job did not stop in time");
+            }
+        }
+    }
+}
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
 }
 
 impl Application {
@@ -55,7 +159,8 @@ impl Application {
         let secret = match &config.jwt_secret {
             Some(s) => s.clone(),
             None => {
-                let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)?;
+                let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)
+                    .map_err(|e| StartupError::dev_secret(&config.data_dir, &e))?;
                 tracing::warn!(
                     path = %path.display(),
                     created,
@@ -72,9 +177,16 @@ impl Application {
             // A booking statement per bulkhead place, and one for each batcher.
             hot_connections: config.booking_concurrency.saturating_add(2),
         };
-        let db = Db::connect(&config.database, &settings).await?;
-        db.migrate().await?;
-        let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
+        let db =
+            Db::connect(&config.database, &settings).await.map_err(|e| StartupError::database(&config.database, &e))?;
+        db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
+        let redis = match config.redis_url.as_deref() {
+            Some(url) => Some(
+                redis::Client::open(url)
+                    .map_err(|e| StartupError::Redis { url: crate::config::redact_url(url), reason: e.to_string() })?,
+            ),
+            None => None,
+        };
         let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
         // Telling people: the relay records messages, this instance's worker sends them.
         let notify = NotifySettings::from_config(&config).map_err(StartupError::Notify)?;
@@ -96,7 +208,9 @@ impl Application {
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
+        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard)).with_hold_ttl(config.hold_ttl);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let jobs = Jobs { handles: vec![ExpiryJob::start(service.clone(), EXPIRY_INTERVAL, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let schema = build_schema(limits, Some(service.clone()));
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
@@ -113,10 +227,12 @@ impl Application {
             },
             redis,
             subscriptions,
+            origins: config.cors_allowed_origins.clone(),
         };
-        let listener = TcpListener::bind(config.bind_addr).await?;
-        let addr = listener.local_addr()?;
-        Ok(Self { listener, addr, state, live_tasks, notify_tasks })
+        let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
+        let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;
+        let addr = listener.local_addr().map_err(listen_error)?;
+        Ok(Self { listener, addr, state, live_tasks, jobs, notify_tasks })
     }
 
     /// The bound address.
@@ -136,10 +252,11 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks, notify_tasks } = self;
+        let Self { listener, addr, state, live_tasks, jobs, notify_tasks } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
+        jobs.shutdown().await;
         live_tasks.shutdown().await;
         // After the relay: what it recorded last is sent or stays queued, nothing is sent twice.
         notify_tasks.shutdown().await;

@@ -25,6 +25,14 @@ pub struct Claims {
     pub doctor_id: Option<String>,
 }
 
+impl Claims {
+    /// The caller these claims make, or why a server refuses them: the one check of presented
+    /// tokens, also run before minting one (`clinic-booking token`), so the two cannot drift.
+    pub fn caller(&self) -> Result<Caller, TokenError> {
+        caller_from_claims(self)
+    }
+}
+
 fn string_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -95,7 +103,7 @@ impl TokenIssuer {
         drop(verified);
         let claims = decode::<Claims>(token, &self.decoding, &self.validation)?.claims;
         let exp = claims.exp;
-        let caller = caller_from_claims(claims)?;
+        let caller = caller_from_claims(&claims)?;
         let mut verified = self.verified.lock().unwrap_or_else(PoisonError::into_inner);
         if verified.len() >= VERIFIED_MAX {
             verified.clear();
@@ -114,7 +122,7 @@ fn positive_id(s: &str) -> Option<i64> {
     s.parse::<i64>().ok().filter(|id| *id > 0)
 }
 
-fn caller_from_claims(claims: Claims) -> Result<Caller, TokenError> {
+fn caller_from_claims(claims: &Claims) -> Result<Caller, TokenError> {
     let role: Role = claims.role.parse().map_err(TokenError::Claims)?;
     if claims.sub.is_empty() || claims.sub.len() > 128 {
         return Err(TokenError::Claims("sub must be 1 to 128 characters".into()));
@@ -136,7 +144,7 @@ fn caller_from_claims(claims: Claims) -> Result<Caller, TokenError> {
         ),
         _ => None,
     };
-    Ok(Caller { sub: claims.sub, role, patient_id, doctor_id })
+    Ok(Caller { sub: claims.sub.clone(), role, patient_id, doctor_id })
 }
 
 #[cfg(test)]
@@ -152,6 +160,14 @@ mod tests {
     }
 
     type TestResult = Result<(), TokenError>;
+
+    #[test]
+    fn claims_are_checked_before_minting_as_when_verifying() {
+        assert!(claims("doctor", "d", 60).caller().is_err(), "a doctor needs a doctor_id");
+        assert!(claims("patient", "abc", 60).caller().is_err(), "a patient's sub is a positive integer");
+        let doctor = Claims { doctor_id: Some("3".into()), ..claims("doctor", "d", 60) };
+        assert_eq!(doctor.caller().ok().and_then(|c| c.doctor_id), Some(3));
+    }
 
     #[test]
     fn round_trip() -> TestResult {

@@ -117,6 +117,9 @@ pub struct AppointmentAccess<'a> {
     pub doctor_id: i64,
     /// The scope of the caller who created it ([`Caller::scope`]).
     pub booked_by: &'a str,
+    /// The scope of whoever booked the appointment it was rescheduled from, when someone else
+    /// moved it: a partner keeps seeing what it booked.
+    pub first_booked_by: Option<&'a str>,
 }
 
 impl Caller {
@@ -126,7 +129,10 @@ impl Caller {
             Role::Admin => true,
             Role::Patient => self.patient_id == Some(a.patient_id),
             Role::Doctor => self.doctor_id == Some(a.doctor_id),
-            Role::Partner => a.booked_by == self.scope(),
+            Role::Partner => {
+                let scope = self.scope();
+                a.booked_by == scope || a.first_booked_by == Some(scope.as_str())
+            }
         }
     }
 
@@ -169,7 +175,7 @@ mod tests {
 
     #[test]
     fn visibility_follows_the_contract() {
-        let a = AppointmentAccess { patient_id: 77, doctor_id: 9, booked_by: "partner:p1" };
+        let a = AppointmentAccess { patient_id: 77, doctor_id: 9, booked_by: "partner:p1", first_booked_by: None };
         assert!(caller(Role::Patient, "77").may_see(a));
         assert!(!caller(Role::Patient, "78").may_see(a));
         assert!(caller(Role::Doctor, "d").may_see(a));
@@ -177,5 +183,8 @@ mod tests {
         assert!(caller(Role::Partner, "p1").may_see(a));
         assert!(!caller(Role::Partner, "p2").may_see(a));
         assert!(caller(Role::Admin, "root").may_see(a));
+        let moved = AppointmentAccess { booked_by: "patient:77", first_booked_by: Some("partner:p1"), ..a };
+        assert!(caller(Role::Partner, "p1").may_see(moved), "a partner sees what it booked after a move");
+        assert!(!caller(Role::Partner, "p2").may_see(moved));
     }
 }

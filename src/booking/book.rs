@@ -1,87 +1,208 @@
-//! `bookAppointment`: idempotent, never overbooking, refusals told apart precisely.
+//! `bookAppointment` and `holdSlot`: a seat (or a run of seats) taken by one conditional
+//! update per slot in the transaction that inserts the appointment; idempotent, never
+//! overbooking, refusals told apart precisely.
+//!
+//! A hold is a booking whose appointment is `HELD` until `expires_at`: the same guards, the
+//! same refusals in the same order, the same idempotency keys (shared with bookings: the
+//! fingerprint names the operation, so a key used for one is `IDEMPOTENCY_KEY_REUSED` for the
+//! other).
 
-use chrono::Utc;
-use sea_orm::{DbBackend, TransactionTrait};
+use chrono::{DateTime, Utc};
+use sea_orm::DbBackend;
 
 use super::{
-    input::{booking_fingerprint, parse_id, parse_idempotency_key},
-    lookup::KeyOrSeatAnswer,
-    BookingService, Outcome, Refusal, RefusalCode, ServiceError,
+    changes::Changes,
+    input::{booking_fingerprint, parse_duration, parse_id, parse_idempotency_key},
+    retrying, BookingService, Outcome, Refusal, ServiceError,
 };
 use crate::{
     auth::{Caller, Role},
     db::{
-        appointments::{self, InsertError, KeyOrSeat, NewAppointment},
+        appointments::{self, Conflicts, InsertError, KeyOrSeat, NewAppointment},
         book_pg,
         entity::{appointment, time_slot},
-        micros, outbox, slots, StoreError,
+        micros,
+        slots::{self, Run},
+        StoreError,
     },
-    guard::Entered,
-    model::{AppointmentStatus, SlotChange},
+    guard::{
+        flights::{self, Flight},
+        Entered,
+    },
+    model::{AppointmentEvent, AppointmentStatus},
 };
 
-/// A booking request as the caller sent it (values not yet parsed).
+/// A booking or hold request as the caller sent it (values not yet parsed).
 #[derive(Clone, Debug)]
 pub struct BookRequest {
-    /// The slot's id.
+    /// The slot's id (the first slot, for a longer appointment).
     pub slot_id: String,
     /// The caller's idempotency key.
     pub idempotency_key: String,
     /// The patient, for partners and admins.
     pub patient_id: Option<String>,
+    /// The appointment's length; `None`: the slot's own length.
+    pub duration_minutes: Option<i32>,
 }
 
-/// A successful booking (or the replay of one).
+/// A successful booking or hold (or the replay of one).
 #[derive(Clone, Debug)]
 pub struct Booked {
     /// The appointment.
     pub appointment: appointment::Model,
-    /// True when this answers a retry of an earlier booking.
+    /// True when this answers a retry of an earlier success.
     pub replayed: bool,
+}
+
+/// What takes the seat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Operation {
+    Book,
+    Hold,
+}
+
+impl Operation {
+    fn status(self) -> AppointmentStatus {
+        match self {
+            Self::Book => AppointmentStatus::Booked,
+            Self::Hold => AppointmentStatus::Held,
+        }
+    }
+
+    fn event(self) -> AppointmentEvent {
+        match self {
+            Self::Book => AppointmentEvent::Booked,
+            Self::Hold => AppointmentEvent::Held,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Book => "book",
+            Self::Hold => "hold",
+        }
+    }
 }
 
 /// The parsed request.
 struct Parsed<'a> {
+    op: Operation,
     slot_id: i64,
     patient_id: i64,
     key: &'a str,
     scope: String,
     fingerprint: String,
+    minutes: Option<i64>,
 }
 
+/// What concurrent retries of one request share: the leader's answer, or the reason it did
+/// not have one the followers may repeat.
+#[derive(Clone, Debug)]
+pub(super) enum Shared {
+    /// The leader's booking (followers answer it as a replay) or refusal.
+    Answer(Box<Result<Booked, Refusal>>),
+    /// The leader was refused by the rate limit.
+    RateLimited(u64),
+    /// The leader found the service overloaded.
+    Overloaded,
+}
+
+/// Requests that are retries of each other: same caller, key and input.
+pub(super) type FlightKey = (String, String, String);
+
 impl BookingService {
-    /// Books a seat for a patient.
+    /// Books a seat (a run of seats, with a duration) for a patient.
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
     pub async fn book(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
-        let outcome = self.book_guarded(caller, req).await;
-        metrics::counter!("booking_attempts_total", "outcome" => outcome_label(&outcome)).increment(1);
+        self.take(Operation::Book, caller, req).await
+    }
+
+    /// Holds a seat (a run of seats) for a patient until now + the hold TTL.
+    #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
+    pub async fn hold(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
+        self.take(Operation::Hold, caller, req).await
+    }
+
+    async fn take(&self, op: Operation, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
+        let outcome = match parse(op, caller, req) {
+            Ok(Ok(p)) => self.take_once(&p).await,
+            Ok(Err(refusal)) => Ok(Err(refusal)),
+            Err(e) => Err(e),
+        };
+        metrics::counter!("booking_attempts_total", "operation" => op.name(), "outcome" => outcome_label(&outcome))
+            .increment(1);
         outcome
     }
 
+    /// Answers concurrent retries of one request with one attempt (see `guard::flights`).
+    async fn take_once(&self, p: &Parsed<'_>) -> Outcome<Booked> {
+        let key = (p.scope.clone(), p.key.to_owned(), p.fingerprint.clone());
+        loop {
+            match self.flights.join(key.clone()) {
+                Flight::Lead(leader) => {
+                    let outcome = self.take_guarded(p).await;
+                    leader.land(shared_of(&outcome));
+                    return outcome;
+                }
+                Flight::Follow(rx) => match flights::answer(rx).await {
+                    Some(Shared::Answer(answer)) => {
+                        return Ok(answer.map(|b| Booked { replayed: true, ..b }));
+                    }
+                    Some(Shared::RateLimited(retry_after_secs)) => {
+                        return Err(ServiceError::RateLimited { retry_after_secs })
+                    }
+                    Some(Shared::Overloaded) => return Err(ServiceError::Overloaded),
+                    // The leader gave up (cancelled): take a turn of its own.
+                    None => continue,
+                },
+            }
+        }
+    }
+
     /// The guards in order (rate limit, known-full, bulkhead), then the database.
-    async fn book_guarded(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
-        let parsed = match parse(caller, req)? {
-            Ok(p) => p,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        // Both checks in one Redis round trip (the connection pipelines them).
-        let (allowed, known_full) =
-            tokio::join!(self.guard.limiter.check(parsed.patient_id), self.guard.known_full.get(parsed.slot_id));
+    async fn take_guarded(&self, p: &Parsed<'_>) -> Outcome<Booked> {
+        // Both checks in one Redis round trip (the connection pipelines them). A longer
+        // appointment takes the transaction whatever its first slot's mark says.
+        let (allowed, known_full) = tokio::join!(self.guard.limiter.check(p.patient_id), async {
+            match p.minutes {
+                None => self.guard.known_full.get(p.slot_id).await,
+                Some(_) => None,
+            }
+        });
         if let Err(retry_after_secs) = allowed {
-            return Err(ServiceError::RateLimited { retry_after_secs });
+            return self.rate_limited(p, retry_after_secs).await;
         }
-        if known_full.is_some() {
-            return self.answer_known_full(&parsed).await;
+        let outcome = if known_full.is_some() {
+            self.answer_known_full(p).await
+        } else {
+            let entered = self.enter_bulkhead().await?;
+            self.take_in_db(p, entered).await
+        };
+        // A replay is not an attempt: it gives back what it counted.
+        if matches!(&outcome, Ok(Ok(b)) if b.replayed) {
+            self.guard.limiter.refund(p.patient_id).await;
         }
-        let entered = self.enter_bulkhead().await?;
-        self.book_in_db(&parsed, entered).await
+        outcome
+    }
+
+    /// The answer to a request over the rate limit: still the replay when its key holds an
+    /// earlier success (or the refusal when the key was used for something else), which costs
+    /// this one read and counts as no attempt; otherwise `RATE_LIMITED`.
+    async fn rate_limited(&self, p: &Parsed<'_>, retry_after_secs: u64) -> Outcome<Booked> {
+        match appointments::find_by_key(self.db.conn(), &p.scope, p.key).await? {
+            Some(existing) => {
+                self.guard.limiter.refund(p.patient_id).await;
+                Ok(replay_of(p, existing))
+            }
+            None => Err(ServiceError::RateLimited { retry_after_secs }),
+        }
     }
 
     /// A slot seen full: no transaction and no lock, but one read (coalesced with concurrent
     /// ones on PostgreSQL) of what still outranks `SLOT_FULL` (a replay of the caller's key, the
-    /// patient's own seat) and of the slot itself. The mark is only a hint: a slot that has a
-    /// seat after all (a cancel whose clearing of the mark was lost while Redis was away) is
-    /// booked through the database as usual, so the mark can never refuse a free seat.
+    /// patient's own appointments) and of the slot itself. The mark is only a hint: a slot that
+    /// has a seat after all (a release whose clearing of the mark was lost while Redis was
+    /// away) is booked through the database as usual, so the mark can never refuse a free seat.
     async fn answer_known_full(&self, p: &Parsed<'_>) -> Outcome<Booked> {
         // On PostgreSQL the read is not held behind the bulkhead: it shares the batcher's one
         // connection, so it cannot take the pool, and the more of them one statement answers,
@@ -90,36 +211,36 @@ impl BookingService {
             DbBackend::Postgres => None,
             _ => Some(self.enter_bulkhead().await?),
         };
-        let (by_key, holds_seat, slot) = self.key_seat_slot(p).await?;
+        let (by_key, conflicts, slot) = self.key_seat_slot(p).await?;
         if let Some(existing) = by_key {
             return Ok(replay_of(p, existing));
         }
         let now = micros(Utc::now());
         let Some(slot) = slot else {
-            return Ok(Err(slot_not_found()));
+            return Ok(Err(Refusal::slot_not_found(&["input", "slotId"])));
         };
-        let refusal = if slot.start_at <= now {
-            Refusal::new(RefusalCode::SlotInPast, "this slot has already started")
-        } else if holds_seat {
-            already_booked()
-        } else if slot.booked_count < slot.capacity {
+        if slot.available() > 0 && slot.start_at > now {
             self.guard.known_full.mark_open(&slot).await;
             let entered = match entered {
                 Some(e) => e,
                 None => self.enter_bulkhead().await?,
             };
-            return self.book_in_db(p, entered).await;
-        } else {
+            return self.take_in_db(p, entered).await;
+        }
+        let refusal = refusal_for(std::slice::from_ref(&slot), now, conflicts);
+        if refusal.code == super::RefusalCode::SlotFull {
             metrics::counter!("known_full_rejects_total").increment(1);
-            Refusal::new(RefusalCode::SlotFull, "this slot has no seat left")
-        };
+        }
         Ok(Err(refusal))
     }
 
-    /// The caller's appointment with the key, whether the patient holds a seat in the slot, and
-    /// the slot as it is now: one read without locks, coalesced with concurrent ones on
-    /// PostgreSQL.
-    async fn key_seat_slot(&self, p: &Parsed<'_>) -> Result<KeyOrSeatAnswer, ServiceError> {
+    /// The caller's appointment with the key, how the patient's appointments stand against the
+    /// slot, and the slot as it is now: one read without locks, coalesced with concurrent ones
+    /// on PostgreSQL.
+    async fn key_seat_slot(
+        &self,
+        p: &Parsed<'_>,
+    ) -> Result<(Option<appointment::Model>, Conflicts, Option<time_slot::Model>), ServiceError> {
         if self.db.backend() == DbBackend::Postgres {
             let batcher = self.lookups.get_or_init(|| super::lookup::lookup_batcher(self.db.clone()));
             let lookup = KeyOrSeat {
@@ -128,108 +249,161 @@ impl BookingService {
                 slot_id: p.slot_id,
                 patient_id: p.patient_id,
             };
-            return Ok(batcher.ask(lookup).await?);
+            let found = batcher.ask(lookup).await?;
+            return Ok((found.by_key, found.conflicts, found.slot));
         }
         let Some(slot) = slots::find(self.db.conn(), p.slot_id).await? else {
             let by_key = appointments::find_by_key(self.db.conn(), &p.scope, p.key).await?;
-            return Ok((by_key, false, None));
+            return Ok((by_key, Conflicts::default(), None));
         };
         let (by_key, conflicts) =
             appointments::key_or_seat(self.db.conn(), &p.scope, p.key, &slot, p.patient_id).await?;
-        Ok((by_key, conflicts.holds_seat, Some(slot)))
+        Ok((by_key, conflicts, Some(slot)))
     }
 
-    /// The booking itself. There is no lookup of the key first: a retry of a success meets the
+    /// Takes the seats. There is no lookup of the key first: a retry of a success meets the
     /// unique constraint on (caller, key) and is answered from the row that holds it, which
-    /// keeps the common path short. On PostgreSQL the update and both inserts are one statement
-    /// (one round trip, see [`crate::db::book_pg`]); on SQLite, one transaction.
-    async fn book_in_db(&self, parsed: &Parsed<'_>, entered: Entered) -> Outcome<Booked> {
+    /// keeps the common path short.
+    async fn take_in_db(&self, p: &Parsed<'_>, entered: Entered) -> Outcome<Booked> {
+        let run = match p.minutes {
+            None => None,
+            Some(minutes) => match slots::run_from(self.db.conn(), p.slot_id, minutes).await? {
+                Run::NoSlot => return Ok(self.replay(p).await?.unwrap_or_else(|| Err(not_found()))),
+                Run::NotCovered(_) => {
+                    return Ok(Err(Refusal::invalid(
+                        &["input", "durationMinutes"],
+                        "no run of consecutive slots starting at this slot covers exactly this duration",
+                    )))
+                }
+                Run::Slots(run) if run.len() == 1 => None,
+                Run::Slots(run) => Some(run),
+            },
+        };
         let now = micros(Utc::now());
+        let expires_at = (p.op == Operation::Hold).then(|| micros(now + self.hold_ttl));
         let new = NewAppointment {
-            status: AppointmentStatus::Booked,
-            patient_id: parsed.patient_id,
-            booked_by: &parsed.scope,
-            idempotency_key: parsed.key,
-            request_hash: &parsed.fingerprint,
+            status: p.op.status(),
+            patient_id: p.patient_id,
+            booked_by: &p.scope,
+            idempotency_key: p.key,
+            request_hash: &p.fingerprint,
             created_at: now,
-            expires_at: None,
+            expires_at,
             rescheduled_from: None,
             first_booked_by: None,
         };
-        let taken = if self.db.backend() == DbBackend::Postgres {
-            book_pg::book(&self.db, parsed.slot_id, &new).await
-        } else {
-            self.book_in_transaction(parsed.slot_id, &new, now).await
+        let one = [p.slot_id];
+        let taken = match &run {
+            // One slot on PostgreSQL: the update and both inserts are one statement (one round
+            // trip, see `db::book_pg`).
+            None if self.db.backend() == DbBackend::Postgres => {
+                retrying(|| book_pg::book(&self.db, p.slot_id, &new)).await.map(|done| done.map(|(s, a)| (vec![s], a)))
+            }
+            None => retrying(|| self.take_in_transaction(p.op, &one, &new, now)).await,
+            Some(run) => {
+                let ids: Vec<i64> = run.iter().map(|s| s.id).collect();
+                retrying(|| self.take_in_transaction(p.op, &ids, &new, now)).await
+            }
         };
-        let (slot, appointment) = match taken {
+        let run_ids = || run.as_ref().map_or_else(|| vec![p.slot_id], |r| r.iter().map(|s| s.id).collect());
+        let (taken, appointment) = match taken {
             Ok(Some(done)) => done,
             Ok(None) => {
-                // Why the update took no seat, read after the fact only to word the answer (the
-                // decision was the update's). The key may have booked this slot before, or,
-                // concurrently, its last seat.
-                let (by_key, holds_seat, slot) = self.key_seat_slot(parsed).await?;
-                if let Some(existing) = by_key {
-                    return Ok(replay_of(parsed, existing));
-                }
-                let Some(slot) = slot else {
-                    return Ok(Err(slot_not_found()));
-                };
-                if slot.booked_count >= slot.capacity && slot.start_at > now {
-                    self.guard.known_full.mark_full(&slot).await;
-                }
-                return Ok(Err(refusal_for(&slot, now, holds_seat)));
+                drop(entered);
+                return self.refusal_after_no_seat(p, &run_ids(), now).await;
             }
-            // A retry of the booking that holds the seat breaks the unique indexes and the
-            // overlap rule, and the database may name any of them: the key decides, then the
-            // patient's appointments say which refusal comes first.
-            Err(InsertError::AlreadyBooked | InsertError::Overlapping) => {
-                if let Some(answer) = self.replay(parsed).await? {
-                    return Ok(answer);
-                }
-                let (_, holds_seat, _) = self.key_seat_slot(parsed).await?;
-                return Ok(Err(if holds_seat { already_booked() } else { overlapping() }));
-            }
+            // The caller's key raced: the request that holds it committed first.
             Err(InsertError::KeyTaken) => {
-                return match self.replay(parsed).await? {
+                return match self.replay(p).await? {
                     Some(answer) => Ok(answer),
                     None => Err(StoreError::Inconsistent("idempotency key taken but not found".into()).into()),
                 }
+            }
+            // A retry of the request that holds the seat breaks the unique indexes and the
+            // overlap rule, and the database may name any of them: the key decides, then the
+            // patient's appointments say which refusal comes first.
+            Err(InsertError::AlreadyBooked | InsertError::Overlapping) => {
+                if let Some(answer) = self.replay(p).await? {
+                    return Ok(answer);
+                }
+                let slots = match &run {
+                    Some(run) => run.clone(),
+                    None => slots::find(self.db.conn(), p.slot_id).await?.into_iter().collect(),
+                };
+                let conflicts = match span_of(&slots) {
+                    Some(span) => appointments::conflicts(self.db.conn(), p.patient_id, span, &run_ids(), None).await?,
+                    None => Conflicts::default(),
+                };
+                return Ok(Err(if conflicts.holds_seat { Refusal::already_booked() } else { Refusal::overlapping() }));
             }
             Err(InsertError::Store(e)) => return Err(e.into()),
         };
         // What follows the commit needs no connection: give the bulkhead place back first.
         drop(entered);
-        self.sink.committed(SlotChange::from(&slot));
-        self.slot_changed(&slot).await;
-        if slot.booked_count >= slot.capacity {
-            self.guard.known_full.mark_full(&slot).await;
-        }
+        let mut changes = Changes::default();
+        changes.taken(&taken);
+        self.committed(&changes).await;
         Ok(Ok(Booked { appointment, replayed: false }))
     }
 
-    /// The booking as a transaction: the conditional update, then the inserts. `None` when the
-    /// update took no seat; on a refused insert the rollback gives the seat back.
-    async fn book_in_transaction(
+    /// Takes a seat in each of `slot_ids` and inserts the appointment, in one transaction, all
+    /// or nothing. `None` when a slot had no seat; on a refused insert the rollback gives the
+    /// seats back.
+    async fn take_in_transaction(
         &self,
-        slot_id: i64,
+        op: Operation,
+        slot_ids: &[i64],
         new: &NewAppointment<'_>,
-        now: chrono::DateTime<Utc>,
-    ) -> Result<Option<(time_slot::Model, appointment::Model)>, InsertError> {
-        let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
-        let Some(slot) = slots::take_seat(&tx, slot_id, now).await? else {
+        now: DateTime<Utc>,
+    ) -> Result<Option<(Vec<time_slot::Model>, appointment::Model)>, InsertError> {
+        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
+        let taken = slots::take_seats(&tx, slot_ids, now).await?;
+        if taken.len() != slot_ids.len() {
             tx.rollback().await.map_err(StoreError::from)?;
             return Ok(None);
-        };
-        let appointment = match appointments::insert(&tx, new, std::slice::from_ref(&slot)).await {
+        }
+        let appointment = match appointments::insert(&tx, new, &taken).await {
             Ok(a) => a,
             Err(refused) => {
                 tx.rollback().await.map_err(StoreError::from)?;
                 return Err(refused);
             }
         };
-        outbox::record(&tx, appointment::BOOKED, Some(appointment.id), Some(&slot), now).await?;
+        let mut changes = Changes::default();
+        changes.taken(&taken);
+        changes.event(op.event(), &appointment, true);
+        changes.record(&tx, now).await?;
         tx.commit().await.map_err(StoreError::from)?;
-        Ok(Some((slot, appointment)))
+        Ok(Some((taken, appointment)))
+    }
+
+    /// Why the conditional updates took no seat, read after the fact only to word the answer
+    /// (the decision was theirs). The key may have taken these seats before, or, concurrently,
+    /// the last of them.
+    async fn refusal_after_no_seat(&self, p: &Parsed<'_>, run: &[i64], now: DateTime<Utc>) -> Outcome<Booked> {
+        if run.len() == 1 {
+            let (by_key, conflicts, slot) = self.key_seat_slot(p).await?;
+            if let Some(existing) = by_key {
+                return Ok(replay_of(p, existing));
+            }
+            let Some(slot) = slot else {
+                return Ok(Err(not_found()));
+            };
+            if slot.available() <= 0 && slot.start_at > now {
+                self.guard.known_full.mark_full(&slot).await;
+            }
+            return Ok(Err(refusal_for(&[slot], now, conflicts)));
+        }
+        if let Some(answer) = self.replay(p).await? {
+            return Ok(answer);
+        }
+        let mut slots = slots::find_many(self.db.conn(), run).await?;
+        slots.sort_unstable_by_key(|s| s.start_at);
+        let Some(span) = span_of(&slots) else {
+            return Ok(Err(not_found()));
+        };
+        let conflicts = appointments::conflicts(self.db.conn(), p.patient_id, span, run, None).await?;
+        Ok(Err(refusal_for(&slots, now, conflicts)))
     }
 
     /// The answer for a key the caller used before: a replay, or a refusal when the request
@@ -240,14 +414,26 @@ impl BookingService {
     }
 }
 
+/// The time span of a run of slots (by start).
+pub(super) fn span_of(run: &[time_slot::Model]) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    Some((run.first()?.start_at, run.last()?.end_at))
+}
+
+/// What concurrent retries of a request may share of its outcome.
+fn shared_of(outcome: &Outcome<Booked>) -> Option<Shared> {
+    match outcome {
+        Ok(answer) => Some(Shared::Answer(Box::new(answer.clone()))),
+        Err(ServiceError::RateLimited { retry_after_secs }) => Some(Shared::RateLimited(*retry_after_secs)),
+        Err(ServiceError::Overloaded) => Some(Shared::Overloaded),
+        // Internal failures and role errors: each retry finds its own answer.
+        Err(_) => None,
+    }
+}
+
 /// The answer to a key used before: a replay, or a refusal when the request differs.
 fn replay_of(p: &Parsed<'_>, existing: appointment::Model) -> Result<Booked, Refusal> {
     if existing.request_hash != p.fingerprint {
-        return Err(Refusal {
-            code: RefusalCode::IdempotencyKeyReused,
-            message: "this idempotency key was used for a different booking; use a new key".into(),
-            field: Some(vec!["input".into(), "idempotencyKey".into()]),
-        });
+        return Err(Refusal::key_reused(&["input", "idempotencyKey"]));
     }
     Ok(Booked { appointment: existing, replayed: true })
 }
@@ -256,44 +442,40 @@ fn replay_of(p: &Parsed<'_>, existing: appointment::Model) -> Result<Booked, Ref
 fn outcome_label(outcome: &Outcome<Booked>) -> &'static str {
     match outcome {
         Ok(Ok(b)) if b.replayed => "REPLAYED",
+        Ok(Ok(b)) if b.appointment.status == appointment::HELD => "HELD",
         Ok(Ok(_)) => "BOOKED",
         Ok(Err(refusal)) => refusal.code.as_str(),
-        Err(ServiceError::RateLimited { .. }) => "RATE_LIMITED",
-        Err(ServiceError::Overloaded) => "OVERLOADED",
-        Err(ServiceError::Unauthenticated | ServiceError::Forbidden(_)) => "FORBIDDEN",
-        Err(ServiceError::InvalidInput { .. }) => "INVALID_INPUT",
-        Err(ServiceError::Store(_)) => "INTERNAL",
+        Err(e) => e.code(),
     }
 }
 
-fn refusal_for(slot: &time_slot::Model, now: chrono::DateTime<Utc>, holds_seat: bool) -> Refusal {
-    if slot.start_at <= now {
-        Refusal::new(RefusalCode::SlotInPast, "this slot has already started")
-    } else if holds_seat {
-        already_booked()
+/// The refusal for a run of slots (by start) in which no seat was taken, in the contract's
+/// order: `SLOT_IN_PAST`, `SLOT_CLOSED`, `ALREADY_BOOKED`, `OVERLAPPING_APPOINTMENT`,
+/// `SLOT_FULL` (not found is told before).
+pub(super) fn refusal_for(run: &[time_slot::Model], now: DateTime<Utc>, conflicts: Conflicts) -> Refusal {
+    if run.iter().any(|s| s.start_at <= now) {
+        Refusal::slot_in_past()
+    } else if run.iter().any(|s| s.closed_at.is_some()) {
+        Refusal::slot_closed()
+    } else if conflicts.holds_seat {
+        Refusal::already_booked()
+    } else if conflicts.overlaps {
+        Refusal::overlapping()
     } else {
-        Refusal::new(RefusalCode::SlotFull, "this slot has no seat left")
+        Refusal::slot_full()
     }
 }
 
-fn already_booked() -> Refusal {
-    Refusal::new(RefusalCode::AlreadyBooked, "this patient already holds a booking in this slot")
-}
-
-fn overlapping() -> Refusal {
-    Refusal::new(RefusalCode::OverlappingAppointment, "this patient holds another appointment at this time")
-}
-
-fn slot_not_found() -> Refusal {
-    Refusal {
-        code: RefusalCode::SlotNotFound,
-        message: "no slot with this id".into(),
-        field: Some(vec!["input".into(), "slotId".into()]),
-    }
+fn not_found() -> Refusal {
+    Refusal::slot_not_found(&["input", "slotId"])
 }
 
 /// Checks the role rules and parses the values, in the order a caller fixes them.
-fn parse<'a>(caller: &Caller, req: &'a BookRequest) -> Result<Result<Parsed<'a>, Refusal>, ServiceError> {
+fn parse<'a>(
+    op: Operation,
+    caller: &Caller,
+    req: &'a BookRequest,
+) -> Result<Result<Parsed<'a>, Refusal>, ServiceError> {
     let patient_id = match caller.role {
         Role::Doctor => return Err(ServiceError::Forbidden("doctors cannot book appointments".into())),
         Role::Patient => {
@@ -328,11 +510,17 @@ fn parse<'a>(caller: &Caller, req: &'a BookRequest) -> Result<Result<Parsed<'a>,
         Ok(k) => k,
         Err(msg) => return Ok(Err(Refusal::invalid(&["input", "idempotencyKey"], msg))),
     };
+    let minutes = match req.duration_minutes.map(parse_duration).transpose() {
+        Ok(m) => m,
+        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "durationMinutes"], msg))),
+    };
     Ok(Ok(Parsed {
+        op,
         slot_id,
         patient_id,
         key,
         scope: caller.scope(),
-        fingerprint: booking_fingerprint(slot_id, patient_id),
+        fingerprint: booking_fingerprint(op.name(), slot_id, patient_id, minutes),
+        minutes,
     }))
 }

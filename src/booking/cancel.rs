@@ -1,13 +1,19 @@
-//! `cancelAppointment`: a conditional BOOKED → CANCELLED that releases the seat exactly once.
+//! `cancelAppointment`: a conditional `HELD`/`BOOKED` → `CANCELLED` that gives the seats back
+//! exactly once.
 
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 
-use super::{input::parse_id, read, BookingService, Outcome, Refusal, RefusalCode, ServiceError};
+use super::{
+    cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService, Outcome, Refusal, ServiceError,
+};
 use crate::{
     auth::{Caller, Role},
-    db::{appointments, entity::appointment, micros, outbox, slots, StoreError},
-    model::{CancelledBy, SlotChange},
+    db::{
+        appointments::{self, AppointmentRecord},
+        entity::appointment,
+        micros, StoreError,
+    },
+    model::AppointmentEvent,
 };
 
 /// The answer to a cancel.
@@ -15,55 +21,62 @@ use crate::{
 pub struct Cancelled {
     /// The appointment as it is now.
     pub appointment: appointment::Model,
-    /// True when this request did the cancelling; false when it was cancelled already.
+    /// True when this request did the cancelling; false when it was no longer active.
     pub cancelled: bool,
 }
 
 impl BookingService {
-    /// Cancels an appointment the caller may see.
+    /// Cancels an appointment the caller may cancel.
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %raw_id))]
     pub async fn cancel(&self, caller: &Caller, raw_id: &str) -> Outcome<Cancelled> {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));
         }
-        let id = match parse_id("id", raw_id) {
-            Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["id"], msg))),
+        let record = match self.changeable(caller, raw_id, &["id"]).await? {
+            Ok(r) => r,
+            Err(refusal) => return Ok(Err(refusal)),
         };
         let _entered = self.enter_bulkhead().await?;
-        // Who holds it, where and who made it never change: reading them first is safe.
-        let record = appointments::find_record(self.db.conn(), id).await?;
-        let Some(record) = record.filter(|r| caller.may_cancel(read::access(r))) else {
-            return Ok(Err(Refusal {
-                code: RefusalCode::AppointmentNotFound,
-                message: "no appointment with this id".into(),
-                field: Some(vec!["id".into()]),
-            }));
-        };
-        let now = micros(Utc::now());
-        let tx = self.db.conn().begin().await.map_err(StoreError::from)?;
-        let by = if caller.role == Role::Patient {
-            CancelledBy::Patient
-        } else if caller.role == Role::Partner {
-            CancelledBy::Partner
-        } else {
-            CancelledBy::Clinic
-        };
-        let Some(cancelled) = appointments::mark_cancelled(&tx, id, now, by).await? else {
-            tx.rollback().await.map_err(StoreError::from)?;
+        let id = record.appointment.id;
+        let done = retrying(|| async {
+            let now = micros(Utc::now());
+            let tx = self.db.begin_write().await?;
+            let Some(cancelled) = appointments::mark_cancelled(&tx, id, now, cancelled_by(caller)).await? else {
+                tx.rollback().await?;
+                return Ok::<_, StoreError>(None);
+            };
+            let mut changes = Changes::default();
+            changes.release(&tx, std::slice::from_ref(&cancelled), Some(AppointmentEvent::Cancelled)).await?;
+            changes.record(&tx, now).await?;
+            tx.commit().await?;
+            Ok(Some((cancelled, changes)))
+        })
+        .await?;
+        let Some((cancelled, changes)) = done else {
+            // Not active any more (cancelled, expired, or a concurrent transition won).
             let current =
                 appointments::find_record(self.db.conn(), id).await?.map_or(record.appointment, |r| r.appointment);
             return Ok(Ok(Cancelled { appointment: current, cancelled: false }));
         };
-        let slot = slots::release_seats(&tx, &[(cancelled.slot_id, 1)])
-            .await?
-            .pop()
-            .ok_or_else(|| StoreError::Inconsistent("no slot released".into()))?;
-        outbox::record(&tx, appointment::CANCELLED, Some(cancelled.id), Some(&slot), now).await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        self.sink.committed(SlotChange::from(&slot));
-        self.guard.known_full.mark_open(&slot).await;
-        self.slot_changed(&slot).await;
+        self.committed(&changes).await;
         Ok(Ok(Cancelled { appointment: cancelled, cancelled: true }))
+    }
+
+    /// The appointment `raw_id` names, when the caller may change it (cancel, confirm,
+    /// reschedule): `APPOINTMENT_NOT_FOUND` about `field` otherwise, also for one the caller
+    /// may not see. Who holds an appointment, where and who made it never change, so reading
+    /// them first decides nothing about seats.
+    pub(super) async fn changeable(
+        &self,
+        caller: &Caller,
+        raw_id: &str,
+        field: &[&str],
+    ) -> Result<Result<AppointmentRecord, Refusal>, ServiceError> {
+        let id = match parse_id("id", raw_id) {
+            Ok(id) => id,
+            Err(msg) => return Ok(Err(Refusal::invalid(field, msg))),
+        };
+        let record = appointments::find_record(self.db.conn(), id).await?;
+        Ok(record.filter(|r| caller.may_cancel(read::access(r))).ok_or_else(|| Refusal::appointment_not_found(field)))
     }
 }

@@ -21,6 +21,14 @@ pub enum RefusalCode {
     AppointmentNotFound,
     /// The patient holds another active appointment overlapping this one in time.
     OverlappingAppointment,
+    /// The hold ran out before it was confirmed.
+    HoldExpired,
+    /// The appointment is cancelled or expired: it can no longer change.
+    AppointmentNotActive,
+    /// The slot is closed: it never takes a seat again.
+    SlotClosed,
+    /// The patient already waits (or has an offer) for this doctor and day.
+    AlreadyOnWaitlist,
 }
 
 impl RefusalCode {
@@ -35,6 +43,10 @@ impl RefusalCode {
             Self::InvalidInput => "INVALID_INPUT",
             Self::AppointmentNotFound => "APPOINTMENT_NOT_FOUND",
             Self::OverlappingAppointment => "OVERLAPPING_APPOINTMENT",
+            Self::HoldExpired => "HOLD_EXPIRED",
+            Self::AppointmentNotActive => "APPOINTMENT_NOT_ACTIVE",
+            Self::SlotClosed => "SLOT_CLOSED",
+            Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
         }
     }
 }
@@ -58,11 +70,68 @@ impl Refusal {
 
     /// An `INVALID_INPUT` refusal about one input field.
     pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
-        Self {
-            code: RefusalCode::InvalidInput,
-            message: message.into(),
-            field: Some(field.iter().map(|s| (*s).to_owned()).collect()),
-        }
+        Self::about(RefusalCode::InvalidInput, field, message)
+    }
+
+    /// A refusal about one input field.
+    pub fn about(code: RefusalCode, field: &[&str], message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), field: Some(field.iter().map(|s| (*s).to_owned()).collect()) }
+    }
+
+    // The refusals every seat-taking operation words the same way.
+
+    /// `SLOT_NOT_FOUND`, about the field that named the slot.
+    pub(crate) fn slot_not_found(field: &[&str]) -> Self {
+        Self::about(RefusalCode::SlotNotFound, field, "no slot with this id")
+    }
+
+    /// `SLOT_IN_PAST`.
+    pub(crate) fn slot_in_past() -> Self {
+        Self::new(RefusalCode::SlotInPast, "this slot has already started")
+    }
+
+    /// `SLOT_CLOSED`.
+    pub(crate) fn slot_closed() -> Self {
+        Self::new(RefusalCode::SlotClosed, "this slot is closed and takes no bookings")
+    }
+
+    /// `ALREADY_BOOKED`.
+    pub(crate) fn already_booked() -> Self {
+        Self::new(RefusalCode::AlreadyBooked, "this patient already holds a booking in this slot")
+    }
+
+    /// `OVERLAPPING_APPOINTMENT`.
+    pub(crate) fn overlapping() -> Self {
+        Self::new(RefusalCode::OverlappingAppointment, "this patient holds another appointment at this time")
+    }
+
+    /// `SLOT_FULL`.
+    pub(crate) fn slot_full() -> Self {
+        Self::new(RefusalCode::SlotFull, "this slot has no seat left")
+    }
+
+    /// `IDEMPOTENCY_KEY_REUSED`, about the field that carried the key.
+    pub(crate) fn key_reused(field: &[&str]) -> Self {
+        Self::about(
+            RefusalCode::IdempotencyKeyReused,
+            field,
+            "this idempotency key was used for a different request; use a new key",
+        )
+    }
+
+    /// `APPOINTMENT_NOT_FOUND`, about the field that named the appointment.
+    pub(crate) fn appointment_not_found(field: &[&str]) -> Self {
+        Self::about(RefusalCode::AppointmentNotFound, field, "no appointment with this id")
+    }
+
+    /// `APPOINTMENT_NOT_ACTIVE`, about the field that named the appointment.
+    pub(crate) fn not_active(field: &[&str]) -> Self {
+        Self::about(RefusalCode::AppointmentNotActive, field, "this appointment is cancelled or expired")
+    }
+
+    /// `HOLD_EXPIRED`, about the field that named the appointment.
+    pub(crate) fn hold_expired(field: &[&str]) -> Self {
+        Self::about(RefusalCode::HoldExpired, field, "this hold ran out before it was confirmed")
     }
 }
 
@@ -98,6 +167,18 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
+    /// The error's stable code (`extensions.code`, and a metrics label).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unauthenticated => "UNAUTHENTICATED",
+            Self::Forbidden(_) => "FORBIDDEN",
+            Self::InvalidInput { .. } => "INVALID_INPUT",
+            Self::RateLimited { .. } => "RATE_LIMITED",
+            Self::Overloaded => "OVERLOADED",
+            Self::Store(_) => "INTERNAL",
+        }
+    }
+
     /// An `INVALID_INPUT` error about one input field.
     pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
         Self::InvalidInput { message: message.into(), field: field.iter().map(|s| (*s).to_owned()).collect() }

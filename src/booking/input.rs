@@ -43,9 +43,32 @@ pub fn parse_local_time(field: &str, raw: &str) -> Result<u32, String> {
     Ok(h * 60 + m)
 }
 
-/// Fingerprint of a booking request: a retry must carry the same one, a reused key won't.
-pub fn booking_fingerprint(slot_id: i64, patient_id: i64) -> String {
-    hex::encode(Sha256::digest(format!("book:v1:{slot_id}:{patient_id}")))
+/// Longest appointment, in minutes (a day).
+pub const MAX_DURATION_MINUTES: i32 = 24 * 60;
+
+/// Checks an appointment length in minutes: 1 to a day.
+pub fn parse_duration(minutes: i32) -> Result<i64, String> {
+    if (1..=MAX_DURATION_MINUTES).contains(&minutes) {
+        Ok(i64::from(minutes))
+    } else {
+        Err(format!("durationMinutes must be between 1 and {MAX_DURATION_MINUTES}, got {minutes}"))
+    }
+}
+
+/// Fingerprint of a seat-taking request (`book` or `hold`): a retry must carry the same one, a
+/// reused key won't. A booking without a duration keeps the form keys made before durations
+/// existed, so their retries still replay.
+pub fn booking_fingerprint(operation: &str, slot_id: i64, patient_id: i64, minutes: Option<i64>) -> String {
+    let text = match minutes {
+        None => format!("{operation}:v1:{slot_id}:{patient_id}"),
+        Some(m) => format!("{operation}:v1:{slot_id}:{patient_id}:{m}"),
+    };
+    hex::encode(Sha256::digest(text))
+}
+
+/// Fingerprint of a reschedule request.
+pub fn reschedule_fingerprint(appointment_id: i64, new_slot_id: i64) -> String {
+    hex::encode(Sha256::digest(format!("reschedule:v1:{appointment_id}:{new_slot_id}")))
 }
 
 fn truncate(raw: &str) -> String {

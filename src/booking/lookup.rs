@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     db::{
-        appointments::{self, KeyOrSeat},
-        entity::{appointment, time_slot},
+        appointments::{self, KeyOrSeat, KeyOrSeatFound},
+        entity::time_slot,
         slots, Db, StoreError,
     },
     model::DayRange,
@@ -27,21 +27,20 @@ const MAX_BATCH: usize = 128;
 /// Requests queued before senders wait (back-pressure; the bulkhead bounds it anyway).
 const QUEUE: usize = 4096;
 
-/// The answer to one attempt: the caller's appointment with the key, whether the patient holds
-/// a seat in the slot, and the slot as it is now (unlocked: the known-full mark is only a hint).
-pub(super) type KeyOrSeatAnswer = (Option<appointment::Model>, bool, Option<time_slot::Model>);
-
-/// Coalesces the known-full lookups of booking attempts.
-pub(super) type LookupBatcher = Batcher<KeyOrSeat, KeyOrSeatAnswer>;
+/// Coalesces the known-full lookups of booking attempts: each answer is the caller's
+/// appointment with the key, how the patient's appointments stand against the slot, and the
+/// slot as it is now (unlocked: the known-full mark is only a hint).
+pub(super) type LookupBatcher = Batcher<KeyOrSeat, KeyOrSeatFound>;
 /// Coalesces the slot lists the cache did not have.
 pub(super) type ListBatcher = Batcher<DayRange, Vec<time_slot::Model>>;
 
 /// Starts the batched known-full lookup on `db` (inside the Tokio runtime).
 pub(super) fn lookup_batcher(db: Db) -> LookupBatcher {
-    Batcher::start("known-full lookup", db, |db, lookups| async move {
-        let found = appointments::key_or_seats_pg(&db, &lookups).await?;
-        Ok(found.into_iter().map(|f| (f.by_key, f.conflicts.holds_seat, f.slot)).collect())
-    })
+    Batcher::start(
+        "known-full lookup",
+        db,
+        |db, lookups| async move { appointments::key_or_seats_pg(&db, &lookups).await },
+    )
 }
 
 /// Starts the batched slot-list read on `db` (inside the Tokio runtime).

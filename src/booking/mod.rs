@@ -12,26 +12,43 @@
 
 mod book;
 mod cancel;
+mod changes;
+mod close;
+mod confirm;
 pub mod error;
+mod expire;
 pub mod input;
 mod lookup;
 mod publish;
 pub mod read;
+mod reschedule;
 pub mod schedule;
 
 pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
+pub use close::{CloseRequest, Closed};
+pub use confirm::Confirmed;
 pub use error::{Refusal, RefusalCode, ServiceError};
+pub use expire::{ExpiryJob, EXPIRY_INTERVAL};
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
+pub use reschedule::{RescheduleRequest, Rescheduled};
 
-use std::sync::Arc;
+use std::{future::Future, sync::Arc, time::Duration};
 
 use crate::{
-    db::{self, Db},
+    auth::{Caller, Role},
+    db::{self, Db, StoreError},
     guard::Guard,
-    model::CommitSink,
+    model::{CancelledBy, CommitSink},
 };
+
+/// How long a hold keeps its seat when nothing else is configured (`HOLD_TTL_SECS`).
+pub const DEFAULT_HOLD_TTL: Duration = Duration::from_secs(600);
+
+/// How often a write transaction is tried when the database aborts it to break a deadlock
+/// or a serialization conflict (possible only between the rare multi-row operations).
+const TRANSIENT_ATTEMPTS: u32 = 5;
 
 /// The booking operations, shared by every request of an instance.
 #[derive(Clone)]
@@ -43,13 +60,30 @@ pub struct BookingService {
     lookups: Arc<std::sync::OnceLock<lookup::LookupBatcher>>,
     /// Coalesces the slot lists the cache did not have (PostgreSQL; started on first use).
     lists: Arc<std::sync::OnceLock<lookup::ListBatcher>>,
+    /// How long a hold keeps its seat.
+    hold_ttl: chrono::Duration,
+    /// Concurrent retries of one booking or hold, answered by one attempt.
+    flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
 
 impl BookingService {
     /// A service on `db`, telling `sink` about every committed slot change (no burst
     /// protection until [`BookingService::with_guard`]).
     pub fn new(db: Db, sink: Arc<dyn CommitSink>) -> Self {
-        Self { db, sink, guard: Arc::new(Guard::disabled()), lookups: Arc::default(), lists: Arc::default() }
+        Self {
+            db,
+            sink,
+            guard: Arc::new(Guard::disabled()),
+            lookups: Arc::default(),
+            lists: Arc::default(),
+            hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
+            flights: Arc::default(),
+        }
+    }
+
+    /// The same service with holds kept for `ttl`.
+    pub fn with_hold_ttl(self, ttl: Duration) -> Self {
+        Self { hold_ttl: chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX), ..self }
     }
 
     /// The same service behind `guard` (cache, rate limit, known-full, bulkhead).
@@ -87,10 +121,10 @@ impl BookingService {
         Ok(Some(tz))
     }
 
-    /// Drops the cached list of the slot's day, after a commit that changed the slot. Awaited
-    /// before the answer, so a client that reads after its booking sees it.
-    async fn slot_changed(&self, slot: &db::entity::time_slot::Model) {
-        let day = match self.timezone(slot.doctor_id).await {
+    /// The doctor's day a slot starts on, in the doctor's zone (`None`, logged, when the
+    /// zone cannot be found: the caches then fall back to their TTL).
+    async fn day_of(&self, slot: &db::entity::time_slot::Model) -> Option<chrono::NaiveDate> {
+        match self.timezone(slot.doctor_id).await {
             Ok(Some(tz)) => Some(slot.start_at.with_timezone(&tz).date_naive()),
             Ok(None) => {
                 tracing::error!(slot = slot.id, "the doctor of a changed slot is missing");
@@ -100,11 +134,6 @@ impl BookingService {
                 tracing::warn!(slot = slot.id, error = %e, "cannot invalidate the slot list");
                 None
             }
-        };
-        match day {
-            Some(date) => self.day_changed(slot.doctor_id, date).await,
-            // The commit stands; the shared list may stay stale for at most the cache TTL.
-            None => self.guard.answers.changed(slot.doctor_id),
         }
     }
 
@@ -119,3 +148,61 @@ impl BookingService {
 
 /// Answer of an operation that reports refusals as data.
 pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
+
+/// Who a cancel (or a reschedule) by `caller` is attributed to.
+pub(crate) fn cancelled_by(caller: &Caller) -> CancelledBy {
+    match caller.role {
+        Role::Patient => CancelledBy::Patient,
+        Role::Partner => CancelledBy::Partner,
+        Role::Admin | Role::Doctor => CancelledBy::Clinic,
+    }
+}
+
+/// An error that may mean "the database aborted the transaction; running it again works".
+pub(crate) trait Transient {
+    /// Whether it does.
+    fn is_transient(&self) -> bool;
+}
+
+impl Transient for StoreError {
+    fn is_transient(&self) -> bool {
+        StoreError::is_transient(self)
+    }
+}
+
+impl Transient for ServiceError {
+    fn is_transient(&self) -> bool {
+        matches!(self, ServiceError::Store(e) if e.is_transient())
+    }
+}
+
+impl Transient for db::appointments::InsertError {
+    fn is_transient(&self) -> bool {
+        matches!(self, db::appointments::InsertError::Store(e) if e.is_transient())
+    }
+}
+
+/// Runs a write transaction again when the database aborted it to break a deadlock or a
+/// serialization conflict, so such an abort never reaches a client. `attempt` must start its
+/// transaction afresh each time (nothing it did survives the abort).
+pub(crate) async fn retrying<T, E, F, Fut>(mut attempt: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: Transient,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(e) if tries < TRANSIENT_ATTEMPTS && e.is_transient() => {
+                tracing::debug!(tries, "transaction aborted by the database; trying again");
+                metrics::counter!("db_transaction_retries_total").increment(1);
+                // A few milliseconds, growing and jittered, let the other transaction finish.
+                let wait = rand::random::<u64>() % (5 * u64::from(tries)) + 1;
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}

@@ -82,6 +82,7 @@ impl BookingService {
             None => chrono_tz::UTC,
             Some(raw) => parse_timezone(raw).map_err(|m| ServiceError::invalid(&["input", "timezone"], m))?,
         };
+        let _writing = self.db.writing().await;
         Ok(doctors::insert(self.db.conn(), name, specialty, tz.name()).await?)
     }
 
@@ -117,7 +118,9 @@ impl BookingService {
             PlanError::EndNotAfterStart => ServiceError::invalid(&["input", "endTime"], e.to_string()),
             PlanError::TooManySlots => ServiceError::invalid(&["input", "slotMinutes"], e.to_string()),
         })?;
+        let writing = self.db.writing().await;
         let created = slots::insert_skipping_existing(self.db.conn(), doctor_id, capacity, &plan).await?;
+        drop(writing);
         if created > 0 {
             self.day_changed(doctor_id, req.date).await;
         }

@@ -2,7 +2,10 @@
 
 use chrono::{NaiveDate, Utc};
 
-use super::{input::parse_id, BookingService, ServiceError};
+use super::{
+    input::{parse_duration, parse_id},
+    BookingService, ServiceError,
+};
 use crate::{
     auth::{AppointmentAccess, Caller, Principal, Role},
     db::{
@@ -45,6 +48,7 @@ pub(crate) fn access(r: &AppointmentRecord) -> AppointmentAccess<'_> {
         patient_id: r.appointment.patient_id,
         doctor_id: r.doctor_id,
         booked_by: &r.appointment.booked_by,
+        first_booked_by: r.appointment.first_booked_by.as_deref(),
     }
 }
 
@@ -94,10 +98,21 @@ impl BookingService {
         Ok(slots::find(self.db.conn(), id).await?)
     }
 
-    /// The slots of a doctor's day that can still be booked; empty for an unknown doctor.
-    /// Served from the slot-list cache when it has the day (a few seconds stale at most).
-    pub async fn available_slots(&self, raw_doctor_id: &str, date: NaiveDate) -> Result<SlotList, ServiceError> {
+    /// The slots of a doctor's day that can still be booked; empty for an unknown doctor. With
+    /// `duration_minutes`, the slots at which an appointment of that length could start now
+    /// (each slot of its run open, with a seat, ahead). Served from the slot-list cache when it
+    /// has the day (a few seconds stale at most).
+    pub async fn available_slots(
+        &self,
+        raw_doctor_id: &str,
+        date: NaiveDate,
+        duration_minutes: Option<i32>,
+    ) -> Result<SlotList, ServiceError> {
         let id = parse_arg_id("doctorId", raw_doctor_id)?;
+        if let Some(minutes) = duration_minutes {
+            let minutes = parse_duration(minutes).map_err(|m| ServiceError::invalid(&["durationMinutes"], m))?;
+            return self.available_runs(id, date, minutes).await;
+        }
         let stamp = self.guard.answers.stamp(id);
         let now = Utc::now();
         if let Some(mut rows) = self.guard.slots.get(id, date).await {
@@ -118,6 +133,30 @@ impl BookingService {
         };
         self.guard.slots.put(id, date, &rows).await;
         Ok(SlotList::new(rows, stamp))
+    }
+
+    /// [`BookingService::available_slots`] with a duration: the day's slots and those the
+    /// runs may reach into the next day, read uncached (the rendered answers are still kept).
+    async fn available_runs(&self, doctor_id: i64, date: NaiveDate, minutes: i64) -> Result<SlotList, ServiceError> {
+        let stamp = self.guard.answers.stamp(doctor_id);
+        let Some(tz) = self.timezone(doctor_id).await? else {
+            return Ok(SlotList { slots: Vec::new(), stamp: None });
+        };
+        let (from, to) = day_bounds(tz, date);
+        let length = chrono::Duration::minutes(minutes);
+        let candidates = slots::starting_in(self.db.conn(), doctor_id, from, to + length).await?;
+        let now = Utc::now();
+        let bookable = |s: &time_slot::Model| s.available() > 0 && s.start_at > now;
+        let starts = candidates
+            .iter()
+            .filter(|s| s.start_at < to && bookable(s))
+            .filter(|s| {
+                slots::contiguous_run(&candidates, s.start_at, s.start_at + length)
+                    .is_some_and(|run| run.iter().all(bookable))
+            })
+            .cloned()
+            .collect();
+        Ok(SlotList::new(starts, stamp))
     }
 
     /// One appointment, if the caller may see it (`None` otherwise: no existence oracle).

@@ -231,8 +231,31 @@ pub async fn mark_cancelled(
     Ok(rows.pop())
 }
 
-/// Cancels, by [`mark_cancelled`]'s transition, every active appointment taking a seat in any
-/// of `slot_ids` (closing slots); returns those this statement cancelled.
+/// The transition of the appointment a reschedule moves: like [`mark_cancelled`], but a hold
+/// that has run out (whether or not the expiry job has seen it) does not move.
+pub async fn mark_moved(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    now: DateTime<Utc>,
+    by: CancelledBy,
+) -> Result<Option<appointment::Model>, StoreError> {
+    let mut rows = cancelling(now, by)
+        .filter(appointment::Column::Id.eq(id))
+        .filter(
+            Condition::any().add(appointment::Column::Status.eq(appointment::BOOKED)).add(
+                Condition::all()
+                    .add(appointment::Column::Status.eq(appointment::HELD))
+                    .add(appointment::Column::ExpiresAt.gt(now)),
+            ),
+        )
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// Cancels, by [`mark_cancelled`]'s transition, every active appointment that takes a seat in
+/// any of `slot_ids` and has not started (closing slots: one under way, or past, is history and
+/// stays as it is); returns those this statement cancelled.
 pub async fn cancel_in_slots(
     conn: &impl ConnectionTrait,
     slot_ids: &[i64],
@@ -249,6 +272,7 @@ pub async fn cancel_in_slots(
         .to_owned();
     Ok(cancelling(now, by)
         .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(appointment::Column::StartAt.gt(now))
         .filter(
             Condition::any()
                 .add(appointment::Column::SlotId.is_in(slot_ids.iter().copied()))
@@ -328,18 +352,28 @@ pub async fn slots_of(
 ) -> Result<HashMap<i64, Vec<i64>>, StoreError> {
     let mut slots: HashMap<i64, Vec<i64>> = appointments.iter().map(|a| (a.id, vec![a.slot_id])).collect();
     let longer: Vec<i64> = appointments.iter().filter(|a| a.slot_count > 1).map(|a| a.id).collect();
-    if !longer.is_empty() {
-        let rows = appointment_slot::Entity::find()
-            .inner_join(time_slot::Entity)
-            .filter(appointment_slot::Column::AppointmentId.is_in(longer))
-            .order_by_asc(time_slot::Column::StartAt)
-            .all(conn)
-            .await?;
-        for row in rows {
-            slots.entry(row.appointment_id).or_default().push(row.slot_id);
-        }
+    for (appointment, slot) in further_slots(conn, &longer).await? {
+        slots.entry(appointment).or_default().push(slot);
     }
     Ok(slots)
+}
+
+/// The further slots (after the first) of the longer appointments among `appointment_ids`, as
+/// (appointment, slot) pairs by start.
+pub async fn further_slots(
+    conn: &impl ConnectionTrait,
+    appointment_ids: &[i64],
+) -> Result<Vec<(i64, i64)>, StoreError> {
+    if appointment_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = appointment_slot::Entity::find()
+        .inner_join(time_slot::Entity)
+        .filter(appointment_slot::Column::AppointmentId.is_in(appointment_ids.iter().copied()))
+        .order_by_asc(time_slot::Column::StartAt)
+        .all(conn)
+        .await?;
+    Ok(rows.into_iter().map(|r| (r.appointment_id, r.slot_id)).collect())
 }
 
 /// How a patient's active appointments stand against a run of slots.

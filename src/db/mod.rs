@@ -2,6 +2,10 @@
 //!
 //! Every function here takes `&impl ConnectionTrait`, so the booking layer decides what runs
 //! inside one transaction. Nothing above this module writes SQL.
+//!
+//! Writes go through [`Db::begin_write`] (a transaction) or after [`Db::writing`] (a single
+//! statement): on SQLite these serialize the writers of the process on a fair in-process gate
+//! per file, so they never depend on SQLite's polling busy wait (see `write.rs`).
 
 #[macro_use]
 mod rows;
@@ -14,6 +18,9 @@ mod hot;
 pub mod messages;
 pub mod outbox;
 pub mod slots;
+mod write;
+
+pub use write::{WriteTransaction, Writing};
 
 use std::{
     str::FromStr,
@@ -47,6 +54,45 @@ pub enum StoreError {
     Inconsistent(String),
 }
 
+impl StoreError {
+    /// Whether PostgreSQL aborted the statement to break a deadlock or a serialization conflict
+    /// (`40P01`, `40001`): running the whole transaction again is safe and likely to succeed.
+    pub fn is_transient(&self) -> bool {
+        let sqlx_error = match self {
+            Self::Db(DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e)))
+            | Self::Db(DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
+            | Self::Db(DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e))) => e.as_ref(),
+            Self::Connect(e) => e,
+            _ => return false,
+        };
+        let code = sqlx_error.as_database_error().and_then(|d| d.code());
+        matches!(code.as_deref(), Some("40P01" | "40001"))
+    }
+
+    /// Whether the database was too busy to take the statement: SQLite's `SQLITE_BUSY` (the write
+    /// lock stayed taken past the busy timeout) or no pool connection within the acquire timeout.
+    /// Retrying later is safe: nothing was written.
+    pub fn is_busy(&self) -> bool {
+        let sqlx_busy = |e: &sqlx::Error| match e {
+            sqlx::Error::PoolTimedOut => true,
+            // SQLITE_BUSY and its extended codes (BUSY_RECOVERY, BUSY_SNAPSHOT, BUSY_TIMEOUT).
+            sqlx::Error::Database(db) => {
+                db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
+                    && db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 5)
+            }
+            _ => false,
+        };
+        match self {
+            Self::Connect(e) => sqlx_busy(e),
+            Self::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)) => true,
+            Self::Db(DbErr::Conn(r) | DbErr::Exec(r) | DbErr::Query(r)) => {
+                matches!(r, sea_orm::RuntimeErr::SqlxError(e) if sqlx_busy(e))
+            }
+            Self::Db(_) | Self::Inconsistent(_) => false,
+        }
+    }
+}
+
 /// Settings of the connection pool.
 #[derive(Clone, Debug)]
 pub struct PoolSettings {
@@ -69,13 +115,20 @@ pub struct Db {
     statements: Arc<AtomicU64>,
     /// The dedicated connections of the hottest statements (PostgreSQL, when configured).
     hot: Option<Arc<hot::HotConnections>>,
+    /// SQLite: the write gate of the file, shared by every pool of the process on it.
+    gate: Option<write::Gate>,
+    /// SQLite: how to open the connection of its own that [`Db::migrate`] uses.
+    sqlite: Option<SqliteConnectOptions>,
 }
 
 impl Db {
-    /// Opens a pool on `target`. SQLite runs in WAL mode with a busy timeout, so concurrent
-    /// writers wait their turn instead of failing with "database is locked".
+    /// Opens a pool on `target`. SQLite runs in WAL mode (readers never wait for the writer),
+    /// with a write gate per file for this process's writers and a busy timeout for other
+    /// processes' (see [`Db::begin_write`]).
     pub async fn connect(target: &DatabaseTarget, settings: &PoolSettings) -> Result<Self, StoreError> {
         let mut hot = None;
+        let mut gate = None;
+        let mut sqlite = None;
         let mut conn = match target {
             DatabaseTarget::Postgres(url) => {
                 let timeout_ms = settings.statement_timeout.as_millis().to_string();
@@ -108,18 +161,26 @@ impl Db {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
                     .foreign_keys(true);
+                // Opens (or creates) the file now, so that a bad path fails at start-up.
+                SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?.close().await;
+                // No connection of the pool is opened before the migrations ran (see
+                // `Db::migrate`). No ping before each acquire: an embedded connection cannot
+                // break while idle, and the ping is one more hop to the connection's thread,
+                // inside the write gate too.
                 let pool = SqlitePoolOptions::new()
                     .max_connections(settings.max_connections.min(16))
+                    .test_before_acquire(false)
                     .acquire_timeout(settings.acquire_timeout.max(Duration::from_secs(30)))
-                    .connect_with(options)
-                    .await?;
+                    .connect_lazy_with(options.clone());
+                gate = Some(write::gate_for(path));
+                sqlite = Some(options);
                 SqlxSqliteConnector::from_sqlx_sqlite_pool(pool)
             }
         };
         let statements = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&statements);
         conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
-        Ok(Self { conn, statements, hot })
+        Ok(Self { conn, statements, hot, gate, sqlite })
     }
 
     /// The connection pool, for queries and transactions.
@@ -132,9 +193,27 @@ impl Db {
         self.conn.get_database_backend()
     }
 
-    /// Applies every pending migration.
+    /// Applies every pending migration; call it before any other statement.
+    ///
+    /// On SQLite the migrations run on a connection of their own, closed after them, and the
+    /// pool opens its connections only afterwards. A SQLite connection keeps the schema it read
+    /// and does not re-read it for every error: one opened while the migrations ran (the pool
+    /// opens another when the previous statement's connection is not back yet) saw
+    /// `time_slot` before its unique index, and `publishSchedule`'s `INSERT … ON CONFLICT
+    /// (doctor_id, start_at)` then failed on it ("ON CONFLICT clause does not match any PRIMARY
+    /// KEY or UNIQUE constraint"), once in a while, more often under load.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        migration::Migrator::up(&self.conn, None).await?;
+        let _writing = self.writing().await;
+        match &self.sqlite {
+            Some(options) => {
+                let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+                let own = SqlxSqliteConnector::from_sqlx_sqlite_pool(pool);
+                let migrated = migration::Migrator::up(&own, None).await;
+                let _ = own.close().await;
+                migrated?;
+            }
+            None => migration::Migrator::up(&self.conn, None).await?,
+        }
         Ok(())
     }
 
@@ -216,5 +295,43 @@ pub fn is_unique_violation(err: &DbErr, name: &str, columns: &str) -> bool {
     match err.sql_err() {
         Some(sea_orm::SqlErr::UniqueConstraintViolation(msg)) => msg.contains(name) || msg.contains(columns),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{doctors, slots, Db, PoolSettings};
+    use crate::config::DatabaseTarget;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_pool_connections_open_only_after_the_migrations() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let settings = PoolSettings {
+            max_connections: 8,
+            acquire_timeout: Duration::from_secs(30),
+            statement_timeout: Duration::from_secs(30),
+            hot_connections: 0,
+        };
+        let db = Db::connect(&DatabaseTarget::Sqlite(dir.path().join("m.sqlite3")), &settings).await?;
+        assert_eq!(db.pool_state().0, 0, "no pool connection is open before the migrations");
+        db.migrate().await?;
+        assert_eq!(db.pool_state().0, 0, "the migrations ran on a connection of their own");
+        // Every pool connection now reads the whole schema: the upsert that needs the unique
+        // index works on each of the ones opened at once.
+        let doctor = doctors::insert(db.conn(), "Dr Test", None, "UTC").await?;
+        let start = chrono::Utc::now() + chrono::TimeDelta::days(1);
+        let upserts = (0..8i64).map(|i| {
+            let db = db.clone();
+            let at = super::micros(start + chrono::TimeDelta::minutes(i % 4));
+            async move {
+                let slot = slots::NewSlot { start_at: at, end_at: at + chrono::TimeDelta::minutes(1) };
+                slots::insert_skipping_existing(db.conn(), doctor.id, 1, &[slot]).await
+            }
+        });
+        let created: u64 = futures_util::future::try_join_all(upserts).await?.into_iter().sum();
+        assert_eq!(created, 4, "four distinct starts, each created once");
+        Ok(())
     }
 }

@@ -3,11 +3,12 @@
 
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseTransaction, DbBackend, EntityTrait, FromQueryResult,
-    QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait,
+    QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 
 use super::{
     entity::{outbox, time_slot},
+    write::WriteTransaction,
     Db, StoreError,
 };
 
@@ -74,7 +75,7 @@ pub const CLAIM_BATCH: u64 = 200;
 /// would block every booking).
 pub struct Claimed {
     db: Db,
-    tx: Option<DatabaseTransaction>,
+    tx: Option<WriteTransaction>,
     /// The claimed rows, oldest first.
     pub rows: Vec<outbox::Model>,
 }
@@ -83,12 +84,15 @@ impl Claimed {
     /// The pass's transaction, in which the rows are deleted.
     pub async fn transaction(&mut self) -> Result<&DatabaseTransaction, StoreError> {
         if self.tx.is_none() {
-            let tx = self.db.conn().begin().await?;
+            let tx = self.db.begin_write().await?;
             let ids: Vec<i64> = self.rows.iter().map(|r| r.id).collect();
             outbox::Entity::delete_many().filter(outbox::Column::Id.is_in(ids)).exec(&tx).await?;
             self.tx = Some(tx);
         }
-        self.tx.as_ref().ok_or_else(|| StoreError::Inconsistent("relay transaction missing".into()))
+        self.tx
+            .as_ref()
+            .map(WriteTransaction::transaction)
+            .ok_or_else(|| StoreError::Inconsistent("relay transaction missing".into()))
     }
 
     /// Commits the deletion of the rows and what the pass recorded with it.
@@ -114,7 +118,7 @@ pub async fn claim(db: &Db, limit: u64) -> Result<Option<Claimed>, StoreError> {
         let rows = outbox::Entity::find().order_by_asc(outbox::Column::Id).limit(limit).all(db.conn()).await?;
         return Ok((!rows.is_empty()).then(|| Claimed { db: db.clone(), tx: None, rows }));
     }
-    let tx = db.conn().begin().await?;
+    let tx = db.begin_write().await?;
     // The commit does not wait for the WAL flush: losing it in a crash brings the rows back
     // (and takes what the pass recorded with it), so they are only published again, which
     // delivery at least once allows for; a flush per pass competed with the bookings' own

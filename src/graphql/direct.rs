@@ -26,12 +26,13 @@ use async_graphql_value::Value as DocumentValue;
 
 use super::{
     error::to_graphql,
-    types::{AppointmentStatus, UserErrorCode},
+    types::{AppointmentStatus, CancelledBy, UserErrorCode},
 };
 use crate::{
     auth::Principal,
     booking::{BookRequest, Booked, BookingService, Refusal, ServiceError},
     db::entity::appointment,
+    model,
 };
 
 /// A `bookAppointment` operation compiled for the direct path.
@@ -72,15 +73,20 @@ enum PayloadField {
     UserErrors(Vec<(Name, UserErrorField)>),
 }
 
-/// A selected field of `Appointment` (its scalars only: `slot` needs a loader).
+/// A selected field of `Appointment` (its scalars and enums only: `slot`, `slots` and the
+/// reschedule links need loaders).
 #[derive(Debug)]
 enum AppointmentField {
     Typename,
     Id,
     PatientId,
     Status,
+    StartAt,
+    EndAt,
+    ExpiresAt,
     CreatedAt,
     CancelledAt,
+    CancelledBy,
 }
 
 /// A selected field of `UserError`.
@@ -175,6 +181,8 @@ impl BookPlan {
             slot_id: value(&self.slot_id)??,
             idempotency_key: value(&self.idempotency_key)??,
             patient_id: value(&self.patient_id)?,
+            // A document naming `durationMinutes` is not compiled into a plan.
+            duration_minutes: None,
         })
     }
 
@@ -221,14 +229,17 @@ fn appointment_value(fields: &[(Name, AppointmentField)], a: &appointment::Model
             AppointmentField::Typename => Value::String("Appointment".into()),
             AppointmentField::Id => ScalarType::to_value(&ID(a.id.to_string())),
             AppointmentField::PatientId => ScalarType::to_value(&ID(a.patient_id.to_string())),
-            AppointmentField::Status => if a.status == appointment::CANCELLED {
-                AppointmentStatus::Cancelled
-            } else {
-                AppointmentStatus::Booked
-            }
-            .to_value(),
+            AppointmentField::Status => AppointmentStatus::from(a.status()).to_value(),
+            AppointmentField::StartAt => ScalarType::to_value(&a.start_at),
+            AppointmentField::EndAt => ScalarType::to_value(&a.end_at),
+            AppointmentField::ExpiresAt => a.expires_at.as_ref().map_or(Value::Null, ScalarType::to_value),
             AppointmentField::CreatedAt => ScalarType::to_value(&a.created_at),
             AppointmentField::CancelledAt => a.cancelled_at.as_ref().map_or(Value::Null, ScalarType::to_value),
+            AppointmentField::CancelledBy => a
+                .cancelled_by
+                .as_deref()
+                .and_then(model::CancelledBy::parse)
+                .map_or(Value::Null, |c| CancelledBy::from(c).to_value()),
         };
         out.insert(key.clone(), value);
     }
@@ -259,6 +270,10 @@ fn appointment_fields(set: &SelectionSet) -> Option<Vec<(Name, AppointmentField)
             "id" => AppointmentField::Id,
             "patientId" => AppointmentField::PatientId,
             "status" => AppointmentField::Status,
+            "startAt" => AppointmentField::StartAt,
+            "endAt" => AppointmentField::EndAt,
+            "expiresAt" => AppointmentField::ExpiresAt,
+            "cancelledBy" => AppointmentField::CancelledBy,
             "createdAt" => AppointmentField::CreatedAt,
             "cancelledAt" => AppointmentField::CancelledAt,
             _ => return None,

@@ -3,7 +3,8 @@
 //! Policy: expected refusals of bookings and cancels are data (`userErrors`, see
 //! [`crate::booking::Refusal`]); everything else that ends a request is a top-level error
 //! with a stable `extensions.code`. Internal failures are logged here, with the request id
-//! of the surrounding span, and reach the client as `INTERNAL` with no detail.
+//! of the surrounding span, and reach the client as `INTERNAL` with no detail; a database
+//! too busy to take the statement (see `StoreError::is_busy`) is `OVERLOADED`, retryable.
 
 use async_graphql::{Error, ErrorExtensions};
 
@@ -42,15 +43,24 @@ pub fn to_graphql(err: ServiceError) -> Error {
             e.set("code", code::RATE_LIMITED);
             e.set("retryAfterSeconds", retry_after_secs);
         }),
-        ServiceError::Overloaded => Error::new(err.to_string()).extend_with(|_, e| {
-            e.set("code", code::OVERLOADED);
-            e.set("retryAfterSeconds", 1);
-        }),
+        ServiceError::Overloaded => overloaded(),
+        ServiceError::Store(inner) if inner.is_busy() => {
+            tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
+            overloaded()
+        }
         ServiceError::Store(inner) => {
             tracing::error!(error = %inner, "internal error");
             internal()
         }
     }
+}
+
+/// The retryable answer of a saturated service.
+fn overloaded() -> Error {
+    Error::new(ServiceError::Overloaded.to_string()).extend_with(|_, e| {
+        e.set("code", code::OVERLOADED);
+        e.set("retryAfterSeconds", 1);
+    })
 }
 
 /// The masked error for any internal failure (the detail must already be logged).

@@ -6,6 +6,7 @@ use async_graphql::dataloader::{DataLoader, Loader};
 
 use crate::{
     db::{
+        appointments::{self, AppointmentRecord, Filter},
         doctors,
         entity::{doctor, time_slot},
         slots, Db, StoreError,
@@ -62,6 +63,37 @@ impl Loader<DayRange> for DaySlotsLoader {
     }
 }
 
+/// Loads the further slots of longer appointments (`Appointment.slots`), by start.
+pub struct FurtherSlotsLoader(Db);
+
+impl Loader<i64> for FurtherSlotsLoader {
+    type Value = Vec<i64>;
+    type Error = Arc<StoreError>;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, Self::Value>, Self::Error> {
+        let mut out: HashMap<i64, Vec<i64>> = HashMap::new();
+        for (appointment, slot) in appointments::further_slots(self.0.conn(), keys).await.map_err(Arc::new)? {
+            out.entry(appointment).or_default().push(slot);
+        }
+        Ok(out)
+    }
+}
+
+/// Loads appointments with their doctor by id (`rescheduledFrom`/`rescheduledTo`; the caller's
+/// visibility is checked on each).
+pub struct AppointmentLoader(Db);
+
+impl Loader<i64> for AppointmentLoader {
+    type Value = AppointmentRecord;
+    type Error = Arc<StoreError>;
+
+    async fn load(&self, keys: &[i64]) -> Result<HashMap<i64, Self::Value>, Self::Error> {
+        let limit = keys.len() as u64;
+        let rows = appointments::list(self.0.conn(), Filter::Ids(keys.to_vec()), limit).await.map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|r| (r.appointment.id, r)).collect())
+    }
+}
+
 /// The loaders of one request; made fresh per request so nothing is cached across requests.
 pub struct Loaders {
     /// Doctors by id.
@@ -70,6 +102,10 @@ pub struct Loaders {
     pub slots: DataLoader<SlotLoader>,
     /// Slots by doctor's day.
     pub day_slots: DataLoader<DaySlotsLoader>,
+    /// Further slots of longer appointments.
+    pub further_slots: DataLoader<FurtherSlotsLoader>,
+    /// Appointments by id.
+    pub appointments: DataLoader<AppointmentLoader>,
 }
 
 impl Loaders {
@@ -79,6 +115,8 @@ impl Loaders {
             doctors: DataLoader::new(DoctorLoader(db.clone()), tokio::spawn),
             slots: DataLoader::new(SlotLoader(db.clone()), tokio::spawn),
             day_slots: DataLoader::new(DaySlotsLoader(db.clone()), tokio::spawn),
+            further_slots: DataLoader::new(FurtherSlotsLoader(db.clone()), tokio::spawn),
+            appointments: DataLoader::new(AppointmentLoader(db.clone()), tokio::spawn),
         }
     }
 }

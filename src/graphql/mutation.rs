@@ -6,11 +6,12 @@ use super::{
     context::caller,
     error::IntoGraphql,
     types::{
-        Appointment, BookAppointmentInput, BookAppointmentPayload, CancelAppointmentPayload, CreateDoctorInput, Doctor,
-        PublishScheduleInput, PublishSchedulePayload, Slot,
+        Appointment, BookAppointmentInput, BookAppointmentPayload, CancelAppointmentPayload, CloseSlotsInput,
+        CloseSlotsPayload, ConfirmAppointmentPayload, CreateDoctorInput, Doctor, HoldSlotInput, HoldSlotPayload,
+        PublishScheduleInput, PublishSchedulePayload, RescheduleAppointmentInput, RescheduleAppointmentPayload, Slot,
     },
 };
-use crate::booking::{BookRequest, BookingService, NewDoctor, PublishRequest};
+use crate::booking::{BookRequest, BookingService, CloseRequest, NewDoctor, PublishRequest, RescheduleRequest};
 
 /// Write operations on doctors, schedules and appointments.
 #[derive(Default)]
@@ -49,6 +50,7 @@ impl BookingMutation {
             slot_id: input.slot_id.0,
             idempotency_key: input.idempotency_key,
             patient_id: input.patient_id.map(|p| p.0),
+            duration_minutes: input.duration_minutes,
         };
         let outcome = ctx.data::<BookingService>()?.book(caller(ctx)?, &req).await.gql()?;
         Ok(match outcome {
@@ -58,6 +60,84 @@ impl BookingMutation {
                 user_errors: vec![],
             },
             Err(r) => BookAppointmentPayload { appointment: None, replayed: false, user_errors: vec![r.into()] },
+        })
+    }
+
+    /// Holds a seat until now + `HOLD_TTL_SECS` (600 by default), like a booking in every
+    /// other way; `confirmAppointment` makes it a booking, else it expires and its seat is
+    /// given back.
+    async fn hold_slot(&self, ctx: &Context<'_>, input: HoldSlotInput) -> Result<HoldSlotPayload> {
+        let req = BookRequest {
+            slot_id: input.slot_id.0,
+            idempotency_key: input.idempotency_key,
+            patient_id: input.patient_id.map(|p| p.0),
+            duration_minutes: input.duration_minutes,
+        };
+        let outcome = ctx.data::<BookingService>()?.hold(caller(ctx)?, &req).await.gql()?;
+        Ok(match outcome {
+            Ok(b) => HoldSlotPayload {
+                appointment: Some(Appointment(b.appointment)),
+                replayed: b.replayed,
+                user_errors: vec![],
+            },
+            Err(r) => HoldSlotPayload { appointment: None, replayed: false, user_errors: vec![r.into()] },
+        })
+    }
+
+    /// Makes a hold a booking, while it has not run out. Whoever may cancel it may confirm it.
+    async fn confirm_appointment(&self, ctx: &Context<'_>, id: ID) -> Result<ConfirmAppointmentPayload> {
+        let outcome = ctx.data::<BookingService>()?.confirm(caller(ctx)?, &id).await.gql()?;
+        Ok(match outcome {
+            Ok(c) => ConfirmAppointmentPayload {
+                appointment: Some(Appointment(c.appointment)),
+                confirmed: c.confirmed,
+                user_errors: vec![],
+            },
+            Err(r) => ConfirmAppointmentPayload { appointment: None, confirmed: false, user_errors: vec![r.into()] },
+        })
+    }
+
+    /// Moves an appointment to the run of slots starting at `newSlotId`, all or nothing: the
+    /// old one is cancelled and a new one takes its patient, status, expiry and length.
+    async fn reschedule_appointment(
+        &self,
+        ctx: &Context<'_>,
+        input: RescheduleAppointmentInput,
+    ) -> Result<RescheduleAppointmentPayload> {
+        let req = RescheduleRequest {
+            appointment_id: input.appointment_id.0,
+            new_slot_id: input.new_slot_id.0,
+            idempotency_key: input.idempotency_key,
+        };
+        let outcome = ctx.data::<BookingService>()?.reschedule(caller(ctx)?, &req).await.gql()?;
+        Ok(match outcome {
+            Ok(r) => RescheduleAppointmentPayload {
+                appointment: Some(Appointment(r.appointment)),
+                previous: Some(Appointment(r.previous)),
+                replayed: r.replayed,
+                user_errors: vec![],
+            },
+            Err(r) => RescheduleAppointmentPayload {
+                appointment: None,
+                previous: None,
+                replayed: false,
+                user_errors: vec![r.into()],
+            },
+        })
+    }
+
+    /// Closes the doctor's slots starting in `[from, to)` and cancels their appointments that
+    /// have not started, for the clinic. Admins, or that doctor.
+    async fn close_slots(&self, ctx: &Context<'_>, input: CloseSlotsInput) -> Result<CloseSlotsPayload> {
+        let req = CloseRequest { doctor_id: input.doctor_id.0, from: input.from, to: input.to, reason: input.reason };
+        let outcome = ctx.data::<BookingService>()?.close_slots(caller(ctx)?, &req).await.gql()?;
+        Ok(match outcome {
+            Ok(c) => CloseSlotsPayload {
+                closed: i32::try_from(c.closed).unwrap_or(i32::MAX),
+                cancelled_appointments: c.cancelled.into_iter().map(Appointment).collect(),
+                user_errors: vec![],
+            },
+            Err(r) => CloseSlotsPayload { closed: 0, cancelled_appointments: vec![], user_errors: vec![r.into()] },
         })
     }
 

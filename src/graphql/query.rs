@@ -42,8 +42,16 @@ impl BookingQuery {
     /// the future, by start. Empty for an unknown doctor. Served from a cache: a change is seen
     /// at once after your own booking or cancel, and within the cache TTL (5 s by default)
     /// after anyone else's; booking always checks the seat itself.
-    async fn available_slots(&self, ctx: &Context<'_>, doctor_id: ID, date: Date) -> Result<Vec<Slot>> {
-        let list = ctx.data::<BookingService>()?.available_slots(&doctor_id, date.0).await.gql()?;
+    async fn available_slots(
+        &self,
+        ctx: &Context<'_>,
+        doctor_id: ID,
+        date: Date,
+        #[graphql(desc = "Only slots at which an appointment this many minutes long could start now.")]
+        duration_minutes: Option<i32>,
+    ) -> Result<Vec<Slot>> {
+        let service = ctx.data::<BookingService>()?;
+        let list = service.available_slots(&doctor_id, date.0, duration_minutes).await.gql()?;
         record_stamp(ctx, list.stamp);
         Ok(list.slots.into_iter().map(Slot).collect())
     }

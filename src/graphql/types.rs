@@ -14,6 +14,7 @@ use super::{error::internal, loaders::Loaders, scalars::Date};
 use crate::{
     booking::{read::doctor_day, Refusal, RefusalCode},
     db::entity::{appointment, doctor, time_slot},
+    model,
 };
 
 /// A doctor whose schedule holds slots.
@@ -82,14 +83,19 @@ impl Slot {
         self.0.capacity
     }
 
-    /// Seats taken: always the number of BOOKED appointments.
+    /// Seats taken: always the number of HELD and BOOKED appointments in it.
     async fn booked_count(&self) -> i32 {
         self.0.booked_count
     }
 
-    /// Seats left.
+    /// Seats left (none in a closed slot).
     async fn available(&self) -> i32 {
-        self.0.capacity - self.0.booked_count
+        self.0.available()
+    }
+
+    /// Closed by the clinic: it takes no seat again.
+    async fn closed(&self) -> bool {
+        self.0.closed_at.is_some()
     }
 
     /// Increases with every change of `bookedCount`.
@@ -98,19 +104,55 @@ impl Slot {
     }
 }
 
-/// Whether an appointment holds its seat.
+/// Where an appointment is in its life. HELD and BOOKED take a seat.
 #[derive(Enum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AppointmentStatus {
-    /// Holds a seat.
+    /// A seat kept until `expiresAt`, waiting for `confirmAppointment`.
+    Held,
+    /// A confirmed seat.
     Booked,
     /// Cancelled; the seat was given back.
     Cancelled,
+    /// A hold that was not confirmed in time; the seat was given back.
+    Expired,
 }
 
-/// A seat in a slot held by a patient.
+impl From<model::AppointmentStatus> for AppointmentStatus {
+    fn from(s: model::AppointmentStatus) -> Self {
+        match s {
+            model::AppointmentStatus::Held => Self::Held,
+            model::AppointmentStatus::Booked => Self::Booked,
+            model::AppointmentStatus::Cancelled => Self::Cancelled,
+            model::AppointmentStatus::Expired => Self::Expired,
+        }
+    }
+}
+
+/// Who cancelled an appointment.
+#[derive(Enum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CancelledBy {
+    /// The patient.
+    Patient,
+    /// A partner acting for the patient.
+    Partner,
+    /// The clinic (a doctor or an admin; closing slots included).
+    Clinic,
+}
+
+impl From<model::CancelledBy> for CancelledBy {
+    fn from(c: model::CancelledBy) -> Self {
+        match c {
+            model::CancelledBy::Patient => Self::Patient,
+            model::CancelledBy::Partner => Self::Partner,
+            model::CancelledBy::Clinic => Self::Clinic,
+        }
+    }
+}
+
+/// A seat (or a run of seats) in a doctor's slots held by a patient.
 pub struct Appointment(pub(crate) appointment::Model);
 
-/// A seat in a slot held by a patient.
+/// A seat (or a run of seats) in a doctor's slots held by a patient.
 #[Object(serial)]
 impl Appointment {
     /// Stable id.
@@ -118,10 +160,28 @@ impl Appointment {
         ID(self.0.id.to_string())
     }
 
-    /// The slot.
+    /// The first slot.
     async fn slot(&self, ctx: &Context<'_>) -> Result<Slot> {
         let found = ctx.data::<Loaders>()?.slots.load_one(self.0.slot_id).await.map_err(loader_error)?;
         found.map(Slot).ok_or_else(|| missing("slot", self.0.slot_id))
+    }
+
+    /// Every slot it takes a seat in, by start (one, unless it is longer than a slot).
+    async fn slots(&self, ctx: &Context<'_>) -> Result<Vec<Slot>> {
+        let loaders = ctx.data::<Loaders>()?;
+        let ids = if self.0.slot_count > 1 {
+            let further = loaders.further_slots.load_one(self.0.id).await.map_err(loader_error)?;
+            std::iter::once(self.0.slot_id).chain(further.unwrap_or_default()).collect()
+        } else {
+            vec![self.0.slot_id]
+        };
+        let found = loaders.slots.load_many(ids.iter().copied()).await.map_err(loader_error)?;
+        let mut slots: Vec<_> = ids.iter().filter_map(|id| found.get(id).cloned()).collect();
+        if slots.len() != ids.len() {
+            return Err(missing("slot of appointment", self.0.id));
+        }
+        slots.sort_unstable_by_key(|s| s.start_at);
+        Ok(slots.into_iter().map(Slot).collect())
     }
 
     /// The patient holding it.
@@ -129,16 +189,27 @@ impl Appointment {
         ID(self.0.patient_id.to_string())
     }
 
-    /// BOOKED or CANCELLED.
+    /// Where it is in its life.
     async fn status(&self) -> AppointmentStatus {
-        if self.0.status == appointment::CANCELLED {
-            AppointmentStatus::Cancelled
-        } else {
-            AppointmentStatus::Booked
-        }
+        self.0.status().into()
     }
 
-    /// When it was booked.
+    /// Start of its first slot.
+    async fn start_at(&self) -> DateTime<Utc> {
+        self.0.start_at
+    }
+
+    /// End of its last slot.
+    async fn end_at(&self) -> DateTime<Utc> {
+        self.0.end_at
+    }
+
+    /// Until when a hold keeps its seat: set while HELD, kept on EXPIRED.
+    async fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.0.expires_at
+    }
+
+    /// When it was made.
     async fn created_at(&self) -> DateTime<Utc> {
         self.0.created_at
     }
@@ -147,6 +218,33 @@ impl Appointment {
     async fn cancelled_at(&self) -> Option<DateTime<Utc>> {
         self.0.cancelled_at
     }
+
+    /// Who cancelled it (for a reschedule: whoever rescheduled).
+    async fn cancelled_by(&self) -> Option<CancelledBy> {
+        self.0.cancelled_by.as_deref().and_then(model::CancelledBy::parse).map(Into::into)
+    }
+
+    /// The appointment this one replaced, when the caller may see it.
+    async fn rescheduled_from(&self, ctx: &Context<'_>) -> Result<Option<Appointment>> {
+        linked(ctx, self.0.rescheduled_from).await
+    }
+
+    /// The appointment that replaced this one, when the caller may see it.
+    async fn rescheduled_to(&self, ctx: &Context<'_>) -> Result<Option<Appointment>> {
+        linked(ctx, self.0.rescheduled_to).await
+    }
+}
+
+/// A linked appointment, by the same visibility rule as every other one.
+async fn linked(ctx: &Context<'_>, id: Option<i64>) -> Result<Option<Appointment>> {
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    let Some(caller) = ctx.data::<super::RequestContext>()?.principal.caller() else {
+        return Ok(None);
+    };
+    let found = ctx.data::<Loaders>()?.appointments.load_one(id).await.map_err(loader_error)?;
+    Ok(found.filter(|r| caller.may_see(crate::booking::read::access(r))).map(|r| Appointment(r.appointment)))
 }
 
 fn loader_error(err: std::sync::Arc<crate::db::StoreError>) -> async_graphql::Error {
@@ -164,7 +262,7 @@ fn missing(what: &str, id: i64) -> async_graphql::Error {
 pub enum UserErrorCode {
     /// No seat left.
     SlotFull,
-    /// The patient already holds a BOOKED appointment in this slot.
+    /// The patient already holds a seat (HELD or BOOKED) in this slot.
     AlreadyBooked,
     /// No such slot.
     SlotNotFound,
@@ -178,6 +276,14 @@ pub enum UserErrorCode {
     AppointmentNotFound,
     /// The patient holds another active appointment overlapping this one in time.
     OverlappingAppointment,
+    /// The hold ran out before it was confirmed.
+    HoldExpired,
+    /// The appointment is cancelled or expired: it can no longer change.
+    AppointmentNotActive,
+    /// The slot is closed: it never takes a seat again.
+    SlotClosed,
+    /// The patient already waits (or has an offer) for this doctor and day.
+    AlreadyOnWaitlist,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -191,6 +297,10 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::InvalidInput => Self::InvalidInput,
             RefusalCode::AppointmentNotFound => Self::AppointmentNotFound,
             RefusalCode::OverlappingAppointment => Self::OverlappingAppointment,
+            RefusalCode::HoldExpired => Self::HoldExpired,
+            RefusalCode::AppointmentNotActive => Self::AppointmentNotActive,
+            RefusalCode::SlotClosed => Self::SlotClosed,
+            RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
         }
     }
 }
@@ -250,6 +360,46 @@ pub struct BookAppointmentInput {
     pub idempotency_key: String,
     /// The patient; partners and admins must pass it, patients may pass their own.
     pub patient_id: Option<ID>,
+    /// The appointment's length in minutes (default: the slot's own length); it takes a seat
+    /// in `slotId` and in each following slot starting where the previous one ends.
+    pub duration_minutes: Option<i32>,
+}
+
+/// A hold request: a seat kept for `HOLD_TTL_SECS` until `confirmAppointment`.
+#[derive(InputObject, Debug)]
+pub struct HoldSlotInput {
+    /// The slot (the first one, for a longer appointment).
+    pub slot_id: ID,
+    /// As for `bookAppointment`; the key space is shared with it.
+    pub idempotency_key: String,
+    /// The patient; partners and admins must pass it, patients may pass their own.
+    pub patient_id: Option<ID>,
+    /// The appointment's length in minutes (default: the slot's own length).
+    pub duration_minutes: Option<i32>,
+}
+
+/// A reschedule request.
+#[derive(InputObject, Debug)]
+pub struct RescheduleAppointmentInput {
+    /// The appointment to move.
+    pub appointment_id: ID,
+    /// The first slot of its new place (it keeps its length).
+    pub new_slot_id: ID,
+    /// As for `bookAppointment`; retries reuse it.
+    pub idempotency_key: String,
+}
+
+/// A range of a doctor's slots to close.
+#[derive(InputObject, Debug)]
+pub struct CloseSlotsInput {
+    /// The doctor.
+    pub doctor_id: ID,
+    /// Slots starting at or after this instant are closed…
+    pub from: DateTime<Utc>,
+    /// …up to this one (exclusive).
+    pub to: DateTime<Utc>,
+    /// Why (kept with the slots; at most 500 characters).
+    pub reason: Option<String>,
 }
 
 /// The answer to `publishSchedule`.
@@ -273,6 +423,56 @@ pub struct BookAppointmentPayload {
     /// True when this answers a retry of an earlier success with the same key.
     pub replayed: bool,
     /// Why the booking was refused; empty on success.
+    pub user_errors: Vec<UserError>,
+}
+
+/// The answer to `holdSlot`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct HoldSlotPayload {
+    /// The held appointment, unless refused.
+    pub appointment: Option<Appointment>,
+    /// True when this answers a retry of an earlier success with the same key.
+    pub replayed: bool,
+    /// Why the hold was refused; empty on success.
+    pub user_errors: Vec<UserError>,
+}
+
+/// The answer to `confirmAppointment`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct ConfirmAppointmentPayload {
+    /// The appointment as it is now, unless refused.
+    pub appointment: Option<Appointment>,
+    /// True when this call confirmed it; false when it was booked already.
+    pub confirmed: bool,
+    /// Why the confirm was refused (HOLD_EXPIRED, APPOINTMENT_NOT_ACTIVE, …); empty otherwise.
+    pub user_errors: Vec<UserError>,
+}
+
+/// The answer to `rescheduleAppointment`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct RescheduleAppointmentPayload {
+    /// The new appointment, unless refused.
+    pub appointment: Option<Appointment>,
+    /// The old one, as it is now (cancelled, linked to the new one), unless refused.
+    pub previous: Option<Appointment>,
+    /// True when this answers a retry of an earlier success with the same key.
+    pub replayed: bool,
+    /// Why the reschedule was refused; empty on success (nothing changed then).
+    pub user_errors: Vec<UserError>,
+}
+
+/// The answer to `closeSlots`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct CloseSlotsPayload {
+    /// Slots this call closed (closing again counts none).
+    pub closed: i32,
+    /// The appointments this call cancelled, by start.
+    pub cancelled_appointments: Vec<Appointment>,
+    /// Why the close was refused; empty otherwise.
     pub user_errors: Vec<UserError>,
 }
 
@@ -302,10 +502,12 @@ pub struct SlotAvailabilityEvent {
     pub capacity: i32,
     /// Seats taken.
     pub booked_count: i32,
-    /// Seats left.
+    /// Seats left (none in a closed slot).
     pub available: i32,
     /// Increases with every change; drop an event whose version is not above the last seen.
     pub version: i64,
+    /// Closed by the clinic: it takes no seat again.
+    pub closed: bool,
 }
 
 impl From<&crate::events::SlotChange> for SlotAvailabilityEvent {
@@ -316,8 +518,9 @@ impl From<&crate::events::SlotChange> for SlotAvailabilityEvent {
             start_at: c.start_at,
             capacity: c.capacity,
             booked_count: c.booked_count,
-            available: c.capacity - c.booked_count,
+            available: c.available(),
             version: c.version,
+            closed: c.closed,
         }
     }
 }

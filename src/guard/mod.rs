@@ -11,6 +11,7 @@
 pub mod answers;
 pub mod bulkhead;
 pub mod cache;
+pub mod flights;
 pub mod known_full;
 pub mod rate_limit;
 mod redis_link;

@@ -24,12 +24,19 @@ end
 return {n, ttl}
 ";
 
+/// Takes one attempt back, never below zero, keeping the window's expiry.
+const REFUND: &str = r"
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n > 0 then redis.call('DECR', KEYS[1]) end
+return 0
+";
+
 /// The booking rate limiter of an instance.
 pub struct RateLimiter {
     limit: u32,
     window: Duration,
     local: Mutex<HashMap<i64, (Instant, u32)>>,
-    redis: Option<(RedisLink, redis::Script)>,
+    redis: Option<(RedisLink, redis::Script, redis::Script)>,
 }
 
 impl RateLimiter {
@@ -44,7 +51,10 @@ impl RateLimiter {
     }
 
     pub(crate) fn redis(link: RedisLink, limit: u32, window: Duration) -> Self {
-        Self { redis: Some((link, redis::Script::new(SCRIPT))), ..Self::local(limit, window) }
+        Self {
+            redis: Some((link, redis::Script::new(SCRIPT), redis::Script::new(REFUND))),
+            ..Self::local(limit, window)
+        }
     }
 
     /// Counts one attempt for the patient: `Err(seconds)` when over the limit, with the
@@ -53,7 +63,7 @@ impl RateLimiter {
         if self.limit == 0 {
             return Ok(());
         }
-        if let Some((link, script)) = &self.redis {
+        if let Some((link, script, _)) = &self.redis {
             let key = link.key(format_args!("rl:{patient_id}"));
             let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
             let counted = link
@@ -82,6 +92,31 @@ impl RateLimiter {
         self.verdict(count, left)
     }
 
+    /// Takes back one attempt counted for the patient: a request that turned out to replay an
+    /// earlier success was not an attempt. Best effort (a Redis failure leaves the count).
+    pub async fn refund(&self, patient_id: i64) {
+        if self.limit == 0 {
+            return;
+        }
+        if let Some((link, _, refund)) = &self.redis {
+            let key = link.key(format_args!("rl:{patient_id}"));
+            let refunded = link
+                .run("rate_limit_refund", |mut c| async move {
+                    let mut invocation = refund.prepare_invoke();
+                    invocation.key(key);
+                    invocation.invoke_async::<i64>(&mut c).await
+                })
+                .await;
+            if refunded.is_ok() {
+                return;
+            }
+        }
+        let mut map = self.local.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = map.get_mut(&patient_id) {
+            entry.1 = entry.1.saturating_sub(1);
+        }
+    }
+
     fn verdict(&self, count: i64, left: Duration) -> Result<(), u64> {
         if count <= i64::from(self.limit) {
             return Ok(());
@@ -100,6 +135,8 @@ mod tests {
         let limiter = RateLimiter::local(2, Duration::from_millis(100));
         assert!(limiter.check(1).await.is_ok());
         assert!(limiter.check(1).await.is_ok());
+        limiter.refund(1).await;
+        assert!(limiter.check(1).await.is_ok(), "a refunded attempt can be made again");
         assert_eq!(limiter.check(1).await, Err(1));
         assert!(limiter.check(2).await.is_ok(), "another patient has its own count");
         tokio::time::sleep(Duration::from_millis(120)).await;

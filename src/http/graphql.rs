@@ -8,17 +8,17 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use async_graphql::{http::GraphiQLSource, parser::types::OperationType, Variables};
+use async_graphql::{parser::types::OperationType, Variables};
 use axum::{
     body::{to_bytes, Body, Bytes},
     extract::{Query, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Response},
 };
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
-use super::{query_cache, validated, AppState, Shared};
+use super::{connection, query_cache, validated, AppState, Shared};
 use crate::{
     auth::Principal,
     graphql::{answers::made_of_slot_lists, chosen_operation, error::code, Loaders, RequestContext},
@@ -32,21 +32,28 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     let media = response_media(&headers);
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case(JSON) {
-        return request_error(
+        let refused = request_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             media,
             "send the request as Content-Type: application/json",
         );
+        // The body is left unread (see `connection`).
+        return if connection::has_body(&headers) { connection::close(refused) } else { refused };
     }
-    let bytes = match to_bytes(body, state.limits.max_body_bytes).await {
+    let limit = state.limits.max_body_bytes;
+    // A declared length over the limit is refused before reading any of the body (a client
+    // that waits for `100 Continue` then sends none of it); a longer body of chunks, once it
+    // passes the limit. Both leave the rest unread, and the connection closes.
+    let too_large = || {
+        let message = format!("the request body is larger than {limit} bytes");
+        connection::close(request_error(StatusCode::PAYLOAD_TOO_LARGE, media, &message))
+    };
+    if connection::declared_length(&headers).is_some_and(|n| n > limit as u64) {
+        return too_large();
+    }
+    let bytes = match to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => {
-            return request_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                media,
-                &format!("the request body is larger than {} bytes", state.limits.max_body_bytes),
-            )
-        }
+        Err(_) => return too_large(),
     };
     if let Some(kept) = kept_answer(&state, &headers, &bytes, media) {
         return kept;
@@ -103,14 +110,7 @@ pub(super) async fn get(
 ) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !params.contains_key("query") && accept.contains("text/html") {
-        return Html(
-            GraphiQLSource::build()
-                .endpoint("/graphql")
-                .subscription_endpoint("/graphql/ws")
-                .title("clinic-booking")
-                .finish(),
-        )
-        .into_response();
+        return super::graphiql::page();
     }
     let media = response_media(&headers);
     let mut object = Map::new();

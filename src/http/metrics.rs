@@ -1,8 +1,10 @@
 //! `/metrics` in Prometheus text format.
 //!
 //! What is there, by name: `graphql_requests_total{operation,outcome}` and
-//! `graphql_request_seconds{operation}` (per request); `booking_attempts_total{outcome}` (BOOKED,
-//! REPLAYED, each userError code, RATE_LIMITED, OVERLOADED, …); `db_statement_seconds`,
+//! `graphql_request_seconds{operation}` (per request); `booking_attempts_total{operation=book|hold,
+//! outcome}` (BOOKED, HELD, REPLAYED, each userError code, RATE_LIMITED, OVERLOADED, …);
+//! `holds_expired_total`; `db_transaction_retries_total` (deadlocks broken by the database and
+//! retried inside); `db_statement_seconds`,
 //! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
 //! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
 //! there), `booking_bulkhead_rejected_total`; `slot_cache_requests_total{result=hit|miss}`,

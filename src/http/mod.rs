@@ -1,5 +1,8 @@
 //! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness and metrics.
 
+mod connection;
+mod cors;
+mod graphiql;
 mod graphql;
 mod health;
 mod metrics;
@@ -40,6 +43,8 @@ pub struct AppState {
     pub redis: Option<redis::Client>,
     /// Runs GraphQL over WebSocket (subscriptions to live availability rendered once per event).
     pub subscriptions: crate::graphql::SubscriptionExecutor,
+    /// Origins whose pages may call the API (CORS) and open WebSockets.
+    pub origins: crate::config::AllowedOrigins,
 }
 
 /// Limits of the HTTP layer.
@@ -61,12 +66,16 @@ type Shared = State<Arc<AppState>>;
 
 /// The service's routes.
 pub fn router(state: AppState) -> Router {
+    // The CORS policy of every route browsers may call from other sites (see `cors::Cors`).
+    let cors = cors::Cors::new(state.origins.clone());
     Router::new()
-        .route("/graphql", post(graphql::post).get(graphql::get))
+        .route("/graphql", post(graphql::post).get(graphql::get).layer(cors))
         .route("/graphql/ws", get(ws::upgrade))
+        .route("/graphql/assets/{file}", get(graphiql::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render))
+        .layer(connection::UnreadBodies)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Debug level: at info, the `graphql` span (operation, request id) is the request's.

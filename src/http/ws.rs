@@ -15,9 +15,19 @@
 //! | 4409 | `subscribe` with the id of an operation still running |
 //! | 4429 | a second `connection_init` |
 //! | 1001 | the server is shutting down |
+//! | 1000 | the operations ended (legacy `connection_terminate`) |
+//!
+//! A client's own close frame is echoed (with its code) before the server closes the TCP
+//! connection, as RFC 6455 asks.
 //!
 //! The same codes apply to the legacy protocol. A `subscribe` beyond `WS_MAX_SUBSCRIPTIONS`
 //! running operations is answered with an `error` message for that id (the connection stays).
+//!
+//! Browsers send a WebSocket handshake to any site with the user's cookies and without asking
+//! the site first (no CORS preflight), so a handshake that carries `Origin` is answered 403
+//! unless the origin is the server's own (its host and port are the request's `Host`: a page the
+//! server served, such as GraphiQL) or one of `CORS_ALLOWED_ORIGINS`. Clients that are not
+//! browsers send no `Origin` and are not affected.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -40,7 +50,7 @@ use axum::{
         ws::{CloseFrame, Message, WebSocket},
         State, WebSocketUpgrade,
     },
-    http::{header, HeaderMap, StatusCode},
+    http::{header, HeaderMap, StatusCode, Uri},
     response::{IntoResponse, Response},
 };
 use futures_util::{task::AtomicWaker, SinkExt, StreamExt};
@@ -51,6 +61,7 @@ use crate::{auth::Principal, graphql::RequestContext};
 
 /// Close codes of the graphql-ws protocol (and one of RFC 6455).
 mod code {
+    pub(super) const NORMAL: u16 = 1000;
     pub(super) const GOING_AWAY: u16 = 1001;
     pub(super) const POLICY: u16 = 1008;
     pub(super) const BAD_MESSAGE: u16 = 4400;
@@ -65,6 +76,9 @@ mod code {
 const COMPLETE: &str = r#"{"type":"complete""#;
 const ACK: &str = r#"{"type":"connection_ack""#;
 
+/// Longest wait for the closing handshake's frames to be written.
+const CLOSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Initial read buffer of a connection; it grows for larger messages (up to the body limit).
 const READ_BUFFER: usize = 4 * 1024;
 
@@ -73,7 +87,22 @@ const READ_BUFFER: usize = 4 * 1024;
 const REPLY_QUEUE: usize = 64;
 
 /// Upgrades the connection and serves GraphQL operations on it.
-pub(super) async fn upgrade(State(state): Shared, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+pub(super) async fn upgrade(State(state): Shared, uri: Uri, headers: HeaderMap, ws: WebSocketUpgrade) -> Response {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        // HTTP/2 carries the host in the URI (`:authority`), HTTP/1.1 in `Host`.
+        let host =
+            headers.get(header::HOST).and_then(|h| h.to_str().ok()).or_else(|| uri.authority().map(|a| a.as_str()));
+        let allowed =
+            origin.to_str().is_ok_and(|o| host.is_some_and(|h| is_own_origin(o, h)) || state.origins.allows(o));
+        if !allowed {
+            tracing::info!(origin = ?origin, "WebSocket handshake from a foreign origin refused");
+            return (
+                StatusCode::FORBIDDEN,
+                "pages of this origin may not open WebSockets here (see CORS_ALLOWED_ORIGINS)",
+            )
+                .into_response();
+        }
+    }
     let Some(protocol) = negotiate(&headers) else {
         return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
     };
@@ -84,6 +113,30 @@ pub(super) async fn upgrade(State(state): Shared, headers: HeaderMap, ws: WebSoc
         .max_message_size(state.limits.max_body_bytes)
         .max_frame_size(state.limits.max_body_bytes)
         .on_upgrade(move |socket| serve(socket, state, protocol))
+}
+
+/// True when `origin` is the server's own: the same host and port as the request's `Host`
+/// (whose port, when absent, is the default of the origin's scheme).
+fn is_own_origin(origin: &str, host: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else { return false };
+    let default_port = match scheme {
+        "http" => "80",
+        "https" => "443",
+        _ => return false,
+    };
+    let with_port = |authority: &str| {
+        // A port is what follows the last `:`, unless that is inside an IPv6 address.
+        let has_port = authority
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+            && !authority.ends_with(']');
+        if has_port {
+            authority.to_ascii_lowercase()
+        } else {
+            format!("{}:{default_port}", authority.to_ascii_lowercase())
+        }
+    };
+    !authority.is_empty() && with_port(authority) == with_port(host)
 }
 
 /// The first sub-protocol the client offers that we speak.
@@ -104,6 +157,8 @@ struct Conn {
     init_refused: bool,
     running: HashSet<String>,
     close: Option<(u16, String)>,
+    /// The client sent its close frame: the server's only part left is the echo.
+    peer_closed: bool,
     /// Answers of the guard itself (refused operations), sent before anything else.
     replies: VecDeque<String>,
 }
@@ -267,7 +322,11 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
                 let raw = match stream.next().await? {
                     Ok(msg @ (Message::Text(_) | Message::Binary(_))) => msg.into_data(),
                     Ok(Message::Ping(_) | Message::Pong(_)) => continue,
-                    Ok(Message::Close(_)) | Err(_) => return None,
+                    Ok(Message::Close(_)) => {
+                        lock(&conn).peer_closed = true;
+                        return None;
+                    }
+                    Err(_) => return None,
                 };
                 let verdict = lock(&conn).inspect(protocol, limits.ws_max_subscriptions, &raw);
                 let (code, reason) = match verdict {
@@ -351,9 +410,21 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
             }
         }
     };
-    if let Some((code, reason)) = close {
-        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
-    }
+    // The closing handshake (RFC 6455 §5.5.1). When the client closed, the WebSocket layer
+    // queued the echo of its close frame as it read it, but writes it only on a later read or
+    // write, and the guard reads no more: closing the sink writes it. Otherwise the server
+    // closes: with its code, or 1000 when the operations simply ended (`connection_terminate`).
+    // Dropping the socket afterwards closes the TCP connection, the server's part.
+    let peer_closed = lock(&conn).peer_closed;
+    let close = close.or_else(|| (!peer_closed).then(|| (code::NORMAL, String::new())));
+    let handshake = async {
+        if let Some((code, reason)) = close {
+            let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: reason.into() }))).await;
+        }
+        let _ = sink.close().await;
+    };
+    // A client that stopped reading does not keep the connection open.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, handshake).await;
 }
 
 /// async-graphql closes a refused `connection_init` with 1002; the protocol says 4403.
@@ -403,6 +474,20 @@ mod tests {
     }
 
     const SUB: &str = r#"{"type":"subscribe","id":"ID","payload":{"query":"subscription{__typename}"}}"#;
+
+    #[test]
+    fn own_origin_is_the_requests_host_and_port() {
+        assert!(is_own_origin("http://127.0.0.1:8080", "127.0.0.1:8080"));
+        assert!(is_own_origin("https://Book.Example.com", "book.example.com"));
+        assert!(is_own_origin("https://book.example.com", "book.example.com:443"));
+        assert!(is_own_origin("http://[::1]:8080", "[::1]:8080"));
+        assert!(is_own_origin("http://[::1]", "[::1]:80"));
+        assert!(!is_own_origin("http://127.0.0.1:8081", "127.0.0.1:8080"));
+        assert!(!is_own_origin("https://book.example.com", "book.example.com:80"));
+        assert!(!is_own_origin("http://evil.example.com", "book.example.com"));
+        assert!(!is_own_origin("null", "book.example.com"));
+        assert!(!is_own_origin("http://", ":80"));
+    }
 
     #[test]
     fn the_guard_enforces_the_protocol() {

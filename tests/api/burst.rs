@@ -266,8 +266,8 @@ async fn metrics_name_the_guards() {
     let text = app.client.get(format!("{}/metrics", app.address)).send().await.expect("metrics").text().await;
     let text = text.expect("text");
     for name in [
-        "booking_attempts_total{outcome=\"BOOKED\"}",
-        "booking_attempts_total{outcome=\"SLOT_FULL\"}",
+        "booking_attempts_total{operation=\"book\",outcome=\"BOOKED\"}",
+        "booking_attempts_total{operation=\"book\",outcome=\"SLOT_FULL\"}",
         "slot_cache_requests_total{result=\"miss\"}",
         "answer_cache_hits_total",
         "known_full_rejects_total",

@@ -1,12 +1,16 @@
 //! Test harness: one fresh database per test, a real server on a free port, and a GraphQL
 //! client that speaks to it over HTTP as a partner's client would.
 //!
-//! Backend choice (see README, "Tests"):
-//! - `DATABASE_URL=postgres://…`: a new database per test on that server (`REDIS_URL` used if set);
-//! - `DATABASE_URL=sqlite:` (any `sqlite:` value): a new SQLite file per test, no Redis;
-//! - unset: PostgreSQL and Redis in containers (testcontainers, needs Docker).
+//! Where the databases live is chosen once per test process: see `backend.rs`.
+//!
+//! Each server runs on a Tokio runtime of its own, whose threads log (debug level for this
+//! crate) into a buffer of that server; a failing test prints the buffers of its servers.
 
-use std::{collections::HashMap, sync::OnceLock, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use clinic_booking::{
     auth::{Claims, TokenIssuer},
@@ -16,68 +20,11 @@ use clinic_booking::{
 };
 use serde_json::{json, Value};
 
+pub(crate) use crate::backend::has_redis;
+use crate::backend::{backend, Backend};
+
 /// The signing secret of every test server.
 pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456789";
-
-/// Where tests keep their data.
-#[derive(Clone, Debug)]
-pub(crate) enum Backend {
-    /// A PostgreSQL server (URL of its maintenance database) and maybe Redis.
-    Postgres { server_url: String, redis_url: Option<String> },
-    /// Embedded SQLite files.
-    Sqlite,
-}
-
-/// The backend chosen for this test run (see the module doc).
-pub(crate) fn backend() -> Backend {
-    static BACKEND: OnceLock<Backend> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            let redis_url = std::env::var("REDIS_URL").ok().filter(|v| !v.is_empty());
-            match std::env::var("DATABASE_URL").ok().filter(|v| !v.is_empty()) {
-                Some(url) if url.starts_with("sqlite:") => Backend::Sqlite,
-                Some(url) => Backend::Postgres { server_url: url, redis_url },
-                None => containers::start(),
-            }
-        })
-        .clone()
-}
-
-/// True when the test servers share a Redis.
-pub(crate) fn has_redis() -> bool {
-    matches!(backend(), Backend::Postgres { redis_url: Some(_), .. })
-}
-
-mod containers {
-    use testcontainers::{runners::SyncRunner, ImageExt};
-    use testcontainers_modules::{postgres::Postgres, redis::Redis};
-
-    use super::Backend;
-
-    /// Starts PostgreSQL and Redis containers for the whole test process (left running until
-    /// the process exits; testcontainers' reaper removes them).
-    pub(super) fn start() -> Backend {
-        let hint = "no DATABASE_URL is set and Docker is not available to start PostgreSQL and Redis \
-                    containers. Set DATABASE_URL=postgres://postgres@127.0.0.1:5432/test and \
-                    REDIS_URL=redis://127.0.0.1:6379 to use running servers, or DATABASE_URL=sqlite: \
-                    to run the suite on embedded SQLite";
-        // A thread of its own: the blocking runner must not run inside a test's runtime.
-        std::thread::spawn(move || {
-            let pg = Postgres::default().with_tag("15-alpine").start().unwrap_or_else(|e| panic!("{hint} ({e})"));
-            let redis = Redis::default().start().unwrap_or_else(|e| panic!("{hint} ({e})"));
-            let pg_port = pg.get_host_port_ipv4(5432).unwrap_or_else(|e| panic!("{hint} ({e})"));
-            let redis_port = redis.get_host_port_ipv4(6379).unwrap_or_else(|e| panic!("{hint} ({e})"));
-            std::mem::forget(pg);
-            std::mem::forget(redis);
-            Backend::Postgres {
-                server_url: format!("postgres://postgres:postgres@127.0.0.1:{pg_port}/postgres"),
-                redis_url: Some(format!("redis://127.0.0.1:{redis_port}")),
-            }
-        })
-        .join()
-        .unwrap_or_else(|_| panic!("{hint}"))
-    }
-}
 
 /// A fresh, empty database for one test (and the Redis key prefix that isolates it).
 pub(crate) struct TestDatabase {
@@ -186,7 +133,12 @@ pub(crate) struct TestApp {
     /// The HTTP client.
     pub(crate) client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The task serving (`None` once stopped).
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The server's own runtime (`None` once shut down).
+    runtime: Option<tokio::runtime::Runtime>,
+    /// What the server logged.
+    log: ServerLog,
 }
 
 impl TestApp {
@@ -199,11 +151,24 @@ impl TestApp {
 
     /// Starts a server on `database` (several servers may share one), with extra settings.
     pub(crate) async fn spawn_on(database: &TestDatabase, extra: &[(&str, &str)]) -> Self {
-        let app = Application::build(database.config(extra)).await.expect("application builds");
+        let log = ServerLog::default();
+        let runtime = log.runtime();
+        let built = runtime.spawn(Application::build(database.config(extra))).await;
+        let app = match built {
+            Ok(Ok(app)) => app,
+            failed => {
+                runtime.shutdown_background();
+                log.print("a test server that did not start");
+                match failed {
+                    Ok(Err(e)) => panic!("application builds: {e}"),
+                    _ => panic!("application builds: the start-up task panicked"),
+                }
+            }
+        };
         let port = app.port();
         let db = app.db().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(app.run_until_stopped(async {
+        let server = runtime.spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
         Self {
@@ -213,18 +178,18 @@ impl TestApp {
             client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
             shutdown: Some(tx),
             server: Some(server),
+            runtime: Some(runtime),
+            log,
         }
     }
 
     /// Stops the server cleanly, as SIGTERM does, and waits until it has stopped (its
     /// background tasks included).
     pub(crate) async fn stop(mut self) {
-        let (shutdown, server) = (self.shutdown.take(), self.server.take());
-        drop(self);
-        if let Some(tx) = shutdown {
+        if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(server) = server {
+        if let Some(server) = self.server.take() {
             let stopped = tokio::time::timeout(Duration::from_secs(60), server).await;
             assert!(matches!(stopped, Ok(Ok(Ok(())))), "the server stops cleanly: {stopped:?}");
         }
@@ -362,6 +327,87 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        // Not `drop`: dropping a runtime waits for its tasks, which may not block in async code.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+        if std::thread::panicking() {
+            self.log.print(&format!("the test server at {}", self.address));
+        }
+    }
+}
+
+/// The log of one test server: its runtime's threads write their `tracing` events here.
+#[derive(Clone, Default)]
+struct ServerLog {
+    lines: Arc<Mutex<LogLines>>,
+}
+
+#[derive(Default)]
+struct LogLines {
+    text: Vec<u8>,
+    /// Bytes dropped from the front to stay under [`LOG_LIMIT`].
+    dropped: usize,
+}
+
+/// Most bytes of log kept per server (the latest ones).
+const LOG_LIMIT: usize = 8 << 20;
+
+impl ServerLog {
+    /// A runtime whose threads log into this buffer: `clinic_booking` at debug level,
+    /// everything else from warnings up.
+    fn runtime(&self) -> tokio::runtime::Runtime {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,clinic_booking=debug"))
+            .with_ansi(false)
+            .with_thread_names(true)
+            .with_writer(self.clone())
+            .finish();
+        let dispatch = tracing::Dispatch::new(subscriber);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-server")
+            .enable_all()
+            .on_thread_start(move || {
+                // The thread's default for as long as it lives.
+                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+            })
+            .build()
+            .expect("test server runtime")
+    }
+
+    /// Prints the log (to the test's captured output, shown when it fails).
+    fn print(&self, whose: &str) {
+        let lines = self.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let dropped =
+            if lines.dropped > 0 { format!(" (its first {} bytes dropped)", lines.dropped) } else { String::new() };
+        eprintln!("---- log of {whose}{dropped} ----\n{}---- end of log ----", String::from_utf8_lossy(&lines.text));
+    }
+}
+
+impl std::io::Write for ServerLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut lines = self.lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        lines.text.extend_from_slice(buf);
+        if lines.text.len() > LOG_LIMIT {
+            let cut = lines.text.len() - LOG_LIMIT / 2;
+            let cut = lines.text[cut..].iter().position(|b| *b == b'\n').map_or(cut, |i| cut + i + 1);
+            lines.text.drain(..cut);
+            lines.dropped += cut;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for ServerLog {
+    type Writer = Self;
+
+    fn make_writer(&'a self) -> Self {
+        self.clone()
     }
 }
 
@@ -418,4 +464,19 @@ pub(crate) fn tomorrow() -> String {
 /// The `userErrors[0].code` of a payload, if any.
 pub(crate) fn user_error(payload: &Value) -> Option<&str> {
     payload["userErrors"][0]["code"].as_str()
+}
+
+/// Whether a test that needs an external tool should skip: `false` when the tool is there.
+/// When it is missing, prints one line and returns `true`, unless `CLINIC_REQUIRE_EXTERNAL_TESTS=1`
+/// (set by `.ci/run`, which installs the tools), where a missing tool fails the test.
+pub(crate) fn skip_without(tool: &str, present: bool) -> bool {
+    if present {
+        return false;
+    }
+    assert!(
+        std::env::var("CLINIC_REQUIRE_EXTERNAL_TESTS").as_deref() != Ok("1"),
+        "{tool} is missing, and CLINIC_REQUIRE_EXTERNAL_TESTS=1 requires it"
+    );
+    println!("skipped: {tool} is missing (CLINIC_REQUIRE_EXTERNAL_TESTS=1 makes this a failure)");
+    true
 }

@@ -219,3 +219,102 @@ async fn request_ids_are_echoed() {
         .unwrap();
     assert_eq!(resp.headers()["x-request-id"], "trace-me-1");
 }
+
+/// Writes `request` on a new connection and reads one answer: its status, its headers (names
+/// in lower case) and whether the server then closed the connection.
+async fn exchange(app: &TestApp, request: &[u8]) -> (u16, Vec<(String, String)>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut received = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        let read = tokio::time::timeout(std::time::Duration::from_secs(15), stream.read(&mut buf)).await;
+        let n = read.expect("an answer in time").unwrap();
+        assert!(n > 0, "connection closed before an answer: {}", String::from_utf8_lossy(&received));
+        received.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8(received[..head_end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_ascii_lowercase()))
+        .collect();
+    // The body, then either the end of the connection or nothing more (kept alive).
+    let closed = loop {
+        match tokio::time::timeout(std::time::Duration::from_millis(500), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(_)) => continue,
+            Err(_) => break false,
+        }
+    };
+    (status, headers, closed)
+}
+
+fn says_close(headers: &[(String, String)]) -> bool {
+    headers.iter().any(|(k, v)| k == "connection" && v.split(',').any(|t| t.trim() == "close"))
+}
+
+#[tokio::test]
+async fn answers_that_end_the_connection_say_connection_close() {
+    let (app, _db) = TestApp::spawn().await;
+    let limit = 256 * 1024;
+    // A declared length over the limit is refused before any of the body is read (a client
+    // waiting for 100-continue never sends it).
+    let declared = format!(
+        "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        limit + 1
+    );
+    let (status, headers, closed) = exchange(&app, declared.as_bytes()).await;
+    assert_eq!(status, 413);
+    assert!(says_close(&headers) && closed, "{headers:?} closed={closed}");
+    // A chunked body is refused once it passes the limit.
+    let mut chunked =
+        b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    chunked.extend_from_slice(format!("{:x}\r\n", limit + 1).as_bytes());
+    chunked.extend(std::iter::repeat_n(b' ', limit + 1));
+    chunked.extend_from_slice(b"\r\n");
+    let (status, headers, closed) = exchange(&app, &chunked).await;
+    assert_eq!(status, 413);
+    assert!(says_close(&headers) && closed, "{headers:?} closed={closed}");
+    // Refusals that leave a body unread, and the connection closes after them.
+    for (what, head) in [
+        ("wrong media type", "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain"),
+        ("no such route", "POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"),
+        ("no such method", "PUT /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"),
+    ] {
+        // The body is announced, and not sent: the server cannot read past it.
+        let request = format!("{head}\r\nContent-Length: 100\r\n\r\n");
+        let (status, headers, closed) = exchange(&app, request.as_bytes()).await;
+        assert!(status >= 400 && says_close(&headers) && closed, "{what}: {status} {headers:?} closed={closed}");
+    }
+    // An answer after a body read to its end keeps the connection.
+    let body = r#"{"query":"{doctors(first:1){edges{cursor}}}"}"#;
+    let ok = format!(
+        "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, headers, closed) = exchange(&app, ok.as_bytes()).await;
+    assert!(status == 200 && !says_close(&headers) && !closed, "{status} {headers:?} closed={closed}");
+
+    // What that means to a keep-alive client: its next request succeeds.
+    let big = "x".repeat(limit + 1);
+    for _ in 0..3 {
+        let resp = app
+            .client
+            .post(format!("{}/graphql", app.address))
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 413);
+        let (status, _) = app.post(None, "{doctors(first:1){edges{cursor}}}", json!({})).await;
+        assert_eq!(status, 200);
+    }
+}

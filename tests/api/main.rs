@@ -1,17 +1,21 @@
 //! Integration tests: the real GraphQL API over HTTP against a real database, one fresh
-//! database per test so they run in parallel. See `helpers.rs` for the backend choice.
+//! database per test so they run in parallel. See `backend.rs` for where the databases live.
 
 // A failed unwrap is a failed test, with the value in the message: exactly what a test wants.
 #![allow(clippy::unwrap_used)]
 
+mod backend;
 mod booking;
+mod browser;
 mod burst;
 mod direct;
 mod helpers;
 mod http;
+mod lifecycle;
 mod messages;
 mod queries;
 mod races;
+mod replays;
 mod roles;
 mod schedules;
 mod schema;

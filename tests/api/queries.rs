@@ -102,6 +102,7 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
                     slot_id: slot.id.to_string(),
                     idempotency_key: format!("k{}", slot.id),
                     patient_id: None,
+                    duration_minutes: None,
                 };
                 service.book(&patient, &req).await.unwrap().unwrap();
             }

@@ -448,6 +448,35 @@ async fn protocol_violations_close_with_their_codes() {
 }
 
 #[tokio::test]
+async fn a_client_close_is_answered_with_a_close_frame() {
+    use tokio_tungstenite::tungstenite::protocol::{frame::coding::CloseCode, CloseFrame};
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, _) = app.doctor_with_slot(1).await;
+    for protocol in [MODERN, LEGACY] {
+        for subscribed in [false, true] {
+            let mut ws = Ws::ready(&app, protocol, None).await;
+            if subscribed {
+                ws.subscribe("s", &doctor, None).await;
+                ws.event("s").await;
+            }
+            let bye = CloseFrame { code: CloseCode::Normal, reason: "bye".into() };
+            ws.stream.close(Some(bye)).await.expect("close sent");
+            // The echo of the close frame, then the end of the connection (not a reset).
+            let echo = loop {
+                match tokio::time::timeout(WAIT, ws.stream.next()).await.expect("an answer in time") {
+                    Some(Ok(Message::Close(frame))) => break frame,
+                    Some(Ok(_)) => continue,
+                    other => panic!("{protocol}: expected the close frame back, got {other:?}"),
+                }
+            };
+            assert_eq!(echo.map(|f| f.code), Some(CloseCode::Normal), "{protocol}");
+            let end = tokio::time::timeout(WAIT, ws.stream.next()).await.expect("the end in time");
+            assert!(end.is_none(), "{protocol}: the connection ends cleanly, got {end:?}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn operations_per_connection_are_capped() {
     let database = TestDatabase::new().await;
     let app = TestApp::spawn_on(&database, &[("WS_MAX_SUBSCRIPTIONS", "2")]).await;

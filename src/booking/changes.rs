@@ -1,0 +1,135 @@
+//! What one write transaction did to slots and appointments, collected while it runs and
+//! recorded in its outbox just before it commits; then told to live availability, the caches
+//! and the known-full marks once it has committed.
+//!
+//! Every operation that moves seats (book, hold, cancel, expire, reschedule, close) goes
+//! through here, so each committed change reaches subscribers, drops the cached lists it
+//! changed and updates the marks the same way, whichever operation made it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sea_orm::ConnectionTrait;
+
+use super::BookingService;
+use crate::{
+    db::{
+        appointments,
+        entity::{appointment, time_slot},
+        outbox, slots, StoreError,
+    },
+    model::{AppointmentEvent, SlotChange, SLOT_ONLY},
+};
+
+/// The slots a transaction changed (their state after its last statement) and the
+/// appointment events it caused.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    slots: BTreeMap<i64, time_slot::Model>,
+    /// Slots that gave seats back (their known-full marks must go).
+    released: Vec<i64>,
+    events: Vec<(AppointmentEvent, i64, Option<i64>)>,
+}
+
+impl Changes {
+    /// Notes slots as a statement left them, after taking seats.
+    pub(super) fn taken(&mut self, taken: &[time_slot::Model]) {
+        for s in taken {
+            self.slots.insert(s.id, s.clone());
+        }
+    }
+
+    /// Notes an appointment event; `slot` is the appointment's first slot when the event
+    /// changed it (its state goes into the same outbox row).
+    pub(super) fn event(&mut self, event: AppointmentEvent, appointment: &appointment::Model, changed_slot: bool) {
+        self.events.push((event, appointment.id, changed_slot.then_some(appointment.slot_id)));
+    }
+
+    /// Gives back the seats of `gone` (appointments this transaction just moved out of an
+    /// active status, each by its own conditional transition, so each is here once) and notes
+    /// `event` for each. Returns nothing new: the released slots are noted here.
+    pub(super) async fn release(
+        &mut self,
+        conn: &impl ConnectionTrait,
+        gone: &[appointment::Model],
+        event: Option<AppointmentEvent>,
+    ) -> Result<(), StoreError> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let held = appointments::slots_of(conn, gone).await?;
+        let mut seats: BTreeMap<i64, i32> = BTreeMap::new();
+        for slot in held.values().flatten() {
+            *seats.entry(*slot).or_default() += 1;
+        }
+        let counts: Vec<(i64, i32)> = seats.into_iter().collect();
+        for slot in slots::release_seats(conn, &counts).await? {
+            self.released.push(slot.id);
+            self.slots.insert(slot.id, slot);
+        }
+        if let Some(event) = event {
+            for a in gone {
+                self.event(event, a, true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes slots a statement closed.
+    pub(super) fn closed(&mut self, closed: &[time_slot::Model]) {
+        self.taken(closed);
+    }
+
+    /// Whether nothing changed.
+    pub(super) fn is_empty(&self) -> bool {
+        self.slots.is_empty() && self.events.is_empty()
+    }
+
+    /// Writes the outbox rows, in the transaction about to commit: one per event (with its
+    /// first slot's final state when the event changed it), then one per other changed slot.
+    pub(super) async fn record(&self, conn: &impl ConnectionTrait, at: DateTime<Utc>) -> Result<(), StoreError> {
+        let mut covered = std::collections::BTreeSet::new();
+        let mut rows = Vec::with_capacity(self.events.len() + self.slots.len());
+        for (event, appointment, slot) in &self.events {
+            let state = slot.and_then(|s| self.slots.get(&s));
+            if let Some(s) = state {
+                covered.insert(s.id);
+            }
+            rows.push((event.as_str(), Some(*appointment), state));
+        }
+        for slot in self.slots.values().filter(|s| !covered.contains(&s.id)) {
+            rows.push((SLOT_ONLY, None, Some(slot)));
+        }
+        outbox::record_many(conn, rows, at).await
+    }
+}
+
+impl BookingService {
+    /// Tells live availability, the caches and the known-full marks about a committed
+    /// transaction. Awaited before the answer, so a client that reads after its change sees it.
+    pub(super) async fn committed(&self, changes: &Changes) {
+        for slot in changes.slots.values() {
+            self.sink.committed(SlotChange::from(slot));
+        }
+        for slot in changes.slots.values() {
+            if slot.available() <= 0 {
+                self.guard.known_full.mark_full(slot).await;
+            } else if changes.released.contains(&slot.id) {
+                self.guard.known_full.mark_open(slot).await;
+            }
+        }
+        // One invalidation per doctor's day, however many of its slots changed.
+        let mut days = std::collections::BTreeSet::new();
+        for slot in changes.slots.values() {
+            if let Some(day) = self.day_of(slot).await {
+                days.insert((slot.doctor_id, day));
+            } else {
+                // The commit stands; the shared list may stay stale for at most the cache TTL.
+                self.guard.answers.changed(slot.doctor_id);
+            }
+        }
+        for (doctor_id, date) in days {
+            self.day_changed(doctor_id, date).await;
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! `closeSlots`: a doctor calls in sick. Every slot of the doctor starting in `[from, to)` is
+//! closed (it never takes a seat again) and its active appointments that have not started are
+//! cancelled by the clinic, each giving its seats back once, all in one transaction.
+
+use chrono::{DateTime, Utc};
+
+use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
+use crate::{
+    auth::Caller,
+    db::{appointments, doctors, entity::appointment, micros, slots, StoreError},
+    model::{AppointmentEvent, CancelledBy, DayRange},
+};
+
+/// Longest reason kept with closed slots.
+const MAX_REASON: usize = 500;
+
+/// A close request as the caller sent it.
+#[derive(Clone, Debug)]
+pub struct CloseRequest {
+    /// The doctor's id.
+    pub doctor_id: String,
+    /// First instant closed (inclusive).
+    pub from: DateTime<Utc>,
+    /// First instant not closed (exclusive).
+    pub to: DateTime<Utc>,
+    /// Why, as the clinic says it (kept with the slots).
+    pub reason: Option<String>,
+}
+
+/// The answer to a close.
+#[derive(Clone, Debug)]
+pub struct Closed {
+    /// Slots this call closed (closing again counts none).
+    pub closed: u64,
+    /// The appointments this call cancelled, by start.
+    pub cancelled: Vec<appointment::Model>,
+}
+
+impl BookingService {
+    /// Closes a doctor's slots in a range (admins, or that doctor).
+    #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), doctor = %req.doctor_id))]
+    pub async fn close_slots(&self, caller: &Caller, req: &CloseRequest) -> Outcome<Closed> {
+        let doctor_id = match parse_id("doctorId", &req.doctor_id) {
+            Ok(id) => id,
+            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "doctorId"], msg))),
+        };
+        if !caller.manages_doctor(doctor_id) {
+            return Err(ServiceError::Forbidden("only admins and the doctor may close these slots".into()));
+        }
+        if req.to <= req.from {
+            return Ok(Err(Refusal::invalid(&["input", "to"], "to must be after from")));
+        }
+        let reason = req.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
+        if reason.is_some_and(|r| r.chars().count() > MAX_REASON) {
+            return Ok(Err(Refusal::invalid(
+                &["input", "reason"],
+                format!("reason is at most {MAX_REASON} characters"),
+            )));
+        }
+        if doctors::find(self.db.conn(), doctor_id).await?.is_none() {
+            return Ok(Err(Refusal::invalid(&["input", "doctorId"], "no doctor with this id")));
+        }
+        let range = DayRange { doctor_id, from: micros(req.from), to: micros(req.to) };
+        let done = retrying(|| async {
+            let now = micros(Utc::now());
+            let tx = self.db.begin_write().await?;
+            // Closing first: a booking racing the close waits for the slot's lock and then
+            // finds it closed, so no seat is taken in a closed slot after this commits.
+            let closed = slots::close(&tx, range, reason, now).await?;
+            let in_range: Vec<i64> =
+                slots::starting_in(&tx, doctor_id, range.from, range.to).await?.iter().map(|s| s.id).collect();
+            let mut cancelled = appointments::cancel_in_slots(&tx, &in_range, now, CancelledBy::Clinic).await?;
+            let mut changes = Changes::default();
+            changes.closed(&closed);
+            changes.release(&tx, &cancelled, Some(AppointmentEvent::Cancelled)).await?;
+            if !changes.is_empty() {
+                changes.record(&tx, now).await?;
+            }
+            tx.commit().await?;
+            cancelled.sort_unstable_by_key(|a| (a.start_at, a.id));
+            Ok::<_, StoreError>((closed.len() as u64, cancelled, changes))
+        })
+        .await?;
+        let (closed, cancelled, changes) = done;
+        self.committed(&changes).await;
+        Ok(Ok(Closed { closed, cancelled }))
+    }
+}

@@ -1,0 +1,173 @@
+//! CORS for the routes browsers call from pages of other sites (`CORS_ALLOWED_ORIGINS`).
+//!
+//! A request from an allowed origin goes through tower-http's CORS layer, which answers its
+//! preflight and adds the headers to the answer. Any other request passes by it untouched, so a
+//! refused origin sees no CORS header at all (its preflight is answered 204 with only `Vary`),
+//! and the requests that make up nearly all traffic, without `Origin`, cost one header lookup.
+//!
+//! The policy: methods `GET`, `POST`, `OPTIONS`; request headers `Authorization`,
+//! `Content-Type`, `x-request-id`; exposed `x-request-id` and `Retry-After`; credentials
+//! allowed for listed origins (never with `*`, which the Fetch standard forbids); preflights
+//! cached for [`MAX_AGE`].
+
+use std::{
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use axum::http::{header, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use futures_util::{
+    future::{Either, MapOk, Ready},
+    TryFutureExt,
+};
+use tower::{Layer, Service};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::config::AllowedOrigins;
+
+/// How long a browser may reuse a preflight's answer: ten minutes, so a page pays one preflight
+/// round trip per ten minutes and request shape, and an origin removed from the list can no
+/// longer send requests (as opposed to reading answers, refused at once) ten minutes later.
+/// Chromium caps the value at two hours, Firefox at a day.
+pub(crate) const MAX_AGE: Duration = Duration::from_secs(600);
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What a cache must key a CORS-capable answer by (tower-http's list, for answers it makes).
+const VARY: HeaderValue =
+    HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers");
+
+/// The CORS policy as a layer, built once in [`super::router`] from the configuration.
+///
+/// Another router browsers call from other sites (the planned `/fhir` routes) gets exactly the
+/// same policy by one call on its routes before merging, e.g.
+/// `router.merge(fhir::routes().layer(cors.clone()))`: every route it holds then answers
+/// preflights and carries the headers, and nothing else needs to change.
+#[derive(Clone)]
+pub(crate) struct Cors {
+    origins: Arc<AllowedOrigins>,
+    layer: CorsLayer,
+}
+
+impl Cors {
+    /// The policy for these origins.
+    pub(crate) fn new(origins: AllowedOrigins) -> Self {
+        let layer = CorsLayer::new()
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, REQUEST_ID])
+            .expose_headers([REQUEST_ID, header::RETRY_AFTER])
+            .max_age(MAX_AGE);
+        let layer = match origins {
+            AllowedOrigins::Any => layer.allow_origin(AllowOrigin::any()),
+            // Only origins found allowed reach the layer, so it can echo the request's.
+            AllowedOrigins::List(_) | AllowedOrigins::Loopback => {
+                layer.allow_origin(AllowOrigin::mirror_request()).allow_credentials(true)
+            }
+        };
+        Self { origins: Arc::new(origins), layer }
+    }
+}
+
+impl<S: Clone> Layer<S> for Cors {
+    type Service = CorsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CorsService { cors: self.layer.layer(inner.clone()), plain: inner, origins: Arc::clone(&self.origins) }
+    }
+}
+
+/// [`Cors`] around one service.
+#[derive(Clone)]
+pub(crate) struct CorsService<S> {
+    cors: tower_http::cors::Cors<S>,
+    plain: S,
+    origins: Arc<AllowedOrigins>,
+}
+
+type Plain<F, B> = MapOk<F, fn(Response<B>) -> Response<B>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for CorsService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    #[allow(clippy::type_complexity)]
+    type Future = Either<
+        <tower_http::cors::Cors<S> as Service<Request<ReqBody>>>::Future,
+        Either<Plain<S::Future, ResBody>, Ready<Result<Response<ResBody>, S::Error>>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Both wrap clones of one service (an axum route: always ready).
+        match self.plain.poll_ready(cx) {
+            Poll::Ready(Ok(())) => self.cors.poll_ready(cx),
+            other => other,
+        }
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let origin = req.headers().get(header::ORIGIN);
+        let allowed = match origin.and_then(|o| o.to_str().ok()) {
+            Some(origin) => self.origins.allows(origin),
+            // `*` answers every request alike; an answer without `Origin` is then no different.
+            None => origin.is_none() && matches!(*self.origins, AllowedOrigins::Any),
+        };
+        if allowed {
+            return Either::Left(self.cors.call(req));
+        }
+        let preflight = req.method() == Method::OPTIONS
+            && origin.is_some()
+            && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+        if preflight {
+            let mut refused = Response::new(ResBody::default());
+            *refused.status_mut() = StatusCode::NO_CONTENT;
+            refused.headers_mut().insert(header::VARY, VARY);
+            return Either::Right(Either::Right(futures_util::future::ready(Ok(refused))));
+        }
+        let vary: fn(Response<ResBody>) -> Response<ResBody> =
+            if self.origins.is_none() { std::convert::identity } else { add_vary };
+        Either::Right(Either::Left(self.plain.call(req).map_ok(vary)))
+    }
+}
+
+/// An answer that would carry CORS headers for another origin says so to caches.
+fn add_vary<B>(mut response: Response<B>) -> Response<B> {
+    response.headers_mut().append(header::VARY, VARY);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::{body::Body, routing::get, Router};
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn preflight(origin: &str) -> Request<Body> {
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/fhir/metadata")
+            .header(header::ORIGIN, origin)
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "GET")
+            .body(Body::empty())
+            .unwrap_or_default()
+    }
+
+    /// What the doc comment of [`Cors`] promises another router: one `.layer` call.
+    #[tokio::test]
+    async fn a_whole_router_takes_the_policy_in_one_call() {
+        let origins = AllowedOrigins::List(vec!["https://app.example.com".into()]);
+        let fhir: Router = Router::new().route("/fhir/metadata", get(|| async { "{}" })).layer(Cors::new(origins));
+        let allowed = fhir.clone().oneshot(preflight("https://app.example.com")).await.unwrap_or_default();
+        assert_eq!(
+            allowed.headers().get(header::ACCESS_CONTROL_ALLOW_ORIGIN).map(|v| v.as_bytes()),
+            Some(&b"https://app.example.com"[..])
+        );
+        let refused = fhir.oneshot(preflight("https://evil.example.com")).await.unwrap_or_default();
+        assert_eq!(refused.status(), StatusCode::NO_CONTENT);
+        assert!(!refused.headers().keys().any(|k| k.as_str().starts_with("access-control-")));
+    }
+}
