@@ -181,7 +181,7 @@ async fn dev_mode_writes_each_message_as_a_file() {
 
 #[tokio::test]
 async fn a_booking_and_its_cancel_send_calendar_emails_over_smtp() {
-    let Some(sink) = SmtpSink::start("a_booking_and_its_cancel_send_calendar_emails_over_smtp", None).await else {
+    let Some(sink) = SmtpSink::start(None).await else {
         return;
     };
     let database = TestDatabase::new().await;
@@ -251,7 +251,7 @@ async fn sms_go_to_the_gateway_with_basic_auth_and_are_retried() {
 
 #[tokio::test]
 async fn nothing_is_sent_for_a_change_that_did_not_commit() {
-    let Some(sink) = SmtpSink::start("nothing_is_sent_for_a_change_that_did_not_commit", None).await else {
+    let Some(sink) = SmtpSink::start(None).await else {
         return;
     };
     let database = TestDatabase::new().await;
@@ -296,7 +296,7 @@ async fn a_message_waits_for_the_mail_server_to_come_back() {
     })
     .await;
     assert_eq!(failing.status, "PENDING", "{failing:?}");
-    let Some(sink) = SmtpSink::start("a_message_waits_for_the_mail_server_to_come_back", Some(port)).await else {
+    let Some(sink) = SmtpSink::start(Some(port)).await else {
         return;
     };
     let received = sink.wait_for(1).await;
@@ -325,7 +325,7 @@ async fn a_restart_loses_no_message_and_sends_it_once() {
     first.stop().await;
 
     let second = TestApp::spawn_on(&database, &settings).await;
-    let Some(sink) = SmtpSink::start("a_restart_loses_no_message_and_sends_it_once", Some(port)).await else {
+    let Some(sink) = SmtpSink::start(Some(port)).await else {
         return;
     };
     let received = sink.wait_for(1).await;
@@ -445,4 +445,83 @@ async fn recording_is_idempotent_per_outbox_row_and_channel() {
     let later = [message(2, "EVENT", "EMAIL"), message(2, "REMINDER", "EMAIL")];
     assert_eq!(messages::record(app.db.conn(), &later, now).await.unwrap(), 1);
     assert_eq!(recorded(&app, "99999").await.len(), 4);
+}
+
+const HOLD: &str = "mutation($s:ID!,$k:String!){holdSlot(input:{slotId:$s,idempotencyKey:$k})\
+    {appointment{id status expiresAt} userErrors{code field}}}";
+const CONFIRM: &str = "mutation($id:ID!){confirmAppointment(id:$id){confirmed userErrors{code}}}";
+const RESCHEDULE: &str = "mutation($a:ID!,$s:ID!,$k:String!){rescheduleAppointment(input:{appointmentId:$a,\
+    newSlotId:$s,idempotencyKey:$k}){appointment{id} previous{id status} userErrors{code field}}}";
+
+/// The `.eml` a sent message of `appointment` was written as, in dev mode: waits until the
+/// message of that purpose and event is sent, returns the file's text.
+async fn sent_email(app: &TestApp, database: &TestDatabase, appointment: &str, event: &str) -> String {
+    let row = eventually(&format!("the {event} email of {appointment}"), || async {
+        recorded(app, appointment)
+            .await
+            .into_iter()
+            .find(|m| m.channel == "EMAIL" && m.purpose == "EVENT" && m.event == event && m.status == "SENT")
+    })
+    .await;
+    std::fs::read_to_string(database.data_dir().join(format!("outbox-mail/{}.eml", row.id))).unwrap()
+}
+
+/// Unfolded calendar lines of every `text/calendar` part of a raw email.
+fn calendars_of(eml: &str) -> Vec<String> {
+    let received = crate::servers::Received { mail_from: String::new(), rcpt_tos: vec![], data: eml.to_owned() };
+    received.calendars().into_iter().map(|(_, body)| body).collect()
+}
+
+#[tokio::test]
+async fn holds_confirmations_and_reschedules_send_their_messages() {
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("RATE_LIMIT_BOOKINGS", "0")]).await;
+    set_contact(&app, &patient(1301), json!({ "email": "p1301@example.org" })).await;
+    let doctor_id = app.create_doctor("UTC").await;
+    let slots = app.publish(&doctor_id, &crate::helpers::tomorrow(), "10:00", "11:00", 15, 1).await;
+
+    let held = app.gql(Some(&patient(1301)), HOLD, json!({ "s": slots[0], "k": "hold" })).await["holdSlot"].clone();
+    let id = held["appointment"]["id"].as_str().unwrap().to_owned();
+    let eml = sent_email(&app, &database, &id, "HELD").await;
+    assert!(eml.contains("Subject: Seat held for you: Dr Test"), "{eml}");
+    let request = &calendars_of(&eml)[0];
+    assert!(request.contains("METHOD:REQUEST") && request.contains("STATUS:TENTATIVE"), "{request}");
+    assert!(request.contains("SEQUENCE:0") && request.contains(&format!("UID:appointment-{id}@localhost")));
+
+    let confirmed = app.gql(Some(&patient(1301)), CONFIRM, json!({ "id": id })).await["confirmAppointment"].clone();
+    assert_eq!(confirmed["confirmed"], true);
+    let eml = sent_email(&app, &database, &id, "CONFIRMED").await;
+    assert!(eml.contains("Subject: Appointment confirmed"), "{eml}");
+    let request = &calendars_of(&eml)[0];
+    assert!(request.contains("STATUS:CONFIRMED") && request.contains("SEQUENCE:1"), "{request}");
+
+    let moved = app.gql(Some(&patient(1301)), RESCHEDULE, json!({ "a": id, "s": slots[2], "k": "move" })).await
+        ["rescheduleAppointment"]
+        .clone();
+    assert_eq!(moved["userErrors"], json!([]), "{moved}");
+    let new_id = moved["appointment"]["id"].as_str().unwrap().to_owned();
+    let eml = sent_email(&app, &database, &new_id, "RESCHEDULED").await;
+    assert!(eml.contains("Subject: Appointment moved"), "{eml}");
+    let calendars = calendars_of(&eml);
+    assert_eq!(calendars.len(), 2, "{eml}");
+    assert!(calendars[0].contains("METHOD:REQUEST") && calendars[0].contains(&format!("UID:appointment-{new_id}@")));
+    assert!(calendars[1].contains("METHOD:CANCEL") && calendars[1].contains(&format!("UID:appointment-{id}@")));
+    assert!(calendars[1].contains("SEQUENCE:2"), "{}", calendars[1]);
+    // No separate message for the old appointment: the reschedule's says it all.
+    assert!(recorded(&app, &id).await.iter().all(|m| m.event != "CANCELLED"));
+}
+
+#[tokio::test]
+async fn an_expired_hold_sends_a_cancelling_calendar() {
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("HOLD_TTL_SECS", "1")]).await;
+    set_contact(&app, &patient(1401), json!({ "email": "p1401@example.org" })).await;
+    let (_, slot) = app.doctor_with_slot(1).await;
+    let held = app.gql(Some(&patient(1401)), HOLD, json!({ "s": slot, "k": "short" })).await["holdSlot"].clone();
+    let id = held["appointment"]["id"].as_str().unwrap().to_owned();
+    let eml = sent_email(&app, &database, &id, "EXPIRED").await;
+    assert!(eml.contains("Subject: Hold expired"), "{eml}");
+    let cancel = &calendars_of(&eml)[0];
+    assert!(cancel.contains("METHOD:CANCEL") && cancel.contains("SEQUENCE:2"), "{cancel}");
+    assert!(cancel.contains(&format!("UID:appointment-{id}@localhost")), "{cancel}");
 }

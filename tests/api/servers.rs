@@ -2,7 +2,8 @@
 //! (Python's aiosmtpd running `tests/servers/smtp_sink.py`) and an HTTP SMS gateway (axum).
 //!
 //! A test whose tool is missing skips with one printed line, unless
-//! `CLINIC_REQUIRE_EXTERNAL_TESTS=1`, which makes it fail instead (CI installs the tools).
+//! `CLINIC_REQUIRE_EXTERNAL_TESTS=1`, which makes it fail instead (CI installs the tools; see
+//! `helpers::skip_without`).
 
 use std::{
     collections::HashMap,
@@ -17,16 +18,6 @@ use serde_json::Value;
 
 /// How long a test waits for something that should happen within seconds.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Handles a missing tool: `false` (after one line saying so) to skip, or a failure when the
-/// tools are required.
-pub(crate) fn tool_missing(test: &str, what: &str) -> bool {
-    if std::env::var("CLINIC_REQUIRE_EXTERNAL_TESTS").is_ok_and(|v| v == "1") {
-        panic!("{test}: {what} is required (CLINIC_REQUIRE_EXTERNAL_TESTS=1) but missing");
-    }
-    println!("skipping {test}: {what} is not installed (see .ci/run)");
-    true
-}
 
 /// A port nothing listens on (bound, then released).
 pub(crate) fn free_port() -> u16 {
@@ -117,11 +108,12 @@ impl SmtpSink {
 
     /// Starts the server on `port` (`None`: a free one); `None` when aiosmtpd is missing and
     /// the test should skip.
-    pub(crate) async fn start(test: &str, port: Option<u16>) -> Option<Self> {
-        let Some(python) = Self::python() else {
-            tool_missing(test, "Python with aiosmtpd");
+    pub(crate) async fn start(port: Option<u16>) -> Option<Self> {
+        let python = Self::python();
+        if crate::helpers::skip_without("Python with aiosmtpd (see .ci/run)", python.is_some()) {
             return None;
-        };
+        }
+        let python = python?;
         let dir = tempfile::tempdir().expect("temp dir");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/smtp_sink.py");
         let mut child = Command::new(python)
