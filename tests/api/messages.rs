@@ -525,3 +525,30 @@ async fn an_expired_hold_sends_a_cancelling_calendar() {
     assert!(cancel.contains("METHOD:CANCEL") && cancel.contains("SEQUENCE:2"), "{cancel}");
     assert!(cancel.contains(&format!("UID:appointment-{id}@localhost")), "{cancel}");
 }
+
+#[tokio::test]
+async fn a_clinic_closing_its_slots_tells_each_patient_who_cancelled() {
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("RATE_LIMIT_BOOKINGS", "0")]).await;
+    set_contact(&app, &patient(1501), json!({ "email": "p1501@example.org", "phone": "+33612345678" })).await;
+    let doctor_id = app.create_doctor("UTC").await;
+    let day = crate::helpers::tomorrow();
+    let slots = app.publish(&doctor_id, &day, "14:00", "14:15", 15, 1).await;
+    let id = book(&app, 1501, &slots[0], "closed-later").await;
+    let close = "mutation($d:ID!,$f:DateTime!,$t:DateTime!){closeSlots(input:{doctorId:$d,from:$f,to:$t,\
+                 reason:\"sick\"}){closed cancelledAppointments{id cancelledBy}}}";
+    let range = json!({ "d": doctor_id, "f": format!("{day}T14:00:00Z"), "t": format!("{day}T15:00:00Z") });
+    let closed = app.gql(Some(&doctor(&doctor_id)), close, range).await["closeSlots"].clone();
+    assert_eq!(closed["cancelledAppointments"][0]["cancelledBy"], "CLINIC", "{closed}");
+    let eml = sent_email(&app, &database, &id, "CANCELLED").await;
+    assert!(eml.contains("METHOD:CANCEL"), "{eml}");
+    let sms = eventually("the cancel's SMS", || async {
+        recorded(&app, &id)
+            .await
+            .into_iter()
+            .find(|m| m.channel == "SMS" && m.event == "CANCELLED" && m.status == "SENT")
+    })
+    .await;
+    let txt = std::fs::read_to_string(database.data_dir().join(format!("outbox-sms/{}.txt", sms.id))).unwrap();
+    assert!(txt.contains("Cancelled by the clinic: Dr Test"), "{txt}");
+}
