@@ -615,8 +615,9 @@ fn parse_smtp_url(raw: &str) -> Result<SecretUrl, ConfigError> {
     match url.scheme() {
         "smtps" if tls.is_some() => Err(bad("smtps:// is TLS from the start; tls= applies to smtp:// only")),
         "smtps" => Ok(SecretUrl(url)),
-        "smtp" if credentials && tls.as_deref() != Some("required") => Err(bad(
-            "credentials would travel unencrypted: use smtps://user:pass@host or smtp://user:pass@host?tls=required",
+        "smtp" if credentials && tls.as_deref() != Some("required") && !is_loopback(&url) => Err(bad(
+            "credentials would travel unencrypted: use smtps://user:pass@host or smtp://user:pass@host?tls=required \
+             (plain smtp:// with credentials only to a loopback address)",
         )),
         "smtp" => Ok(SecretUrl(url)),
         _ => Err(bad("expected smtp://host:port or smtps://user:pass@host[:port]")),
@@ -628,17 +629,29 @@ fn parse_smtp_url(raw: &str) -> Result<SecretUrl, ConfigError> {
 fn parse_sms_url(raw: &str) -> Result<SecretUrl, ConfigError> {
     let bad = |reason: &str| ConfigError { var: "SMS_URL", value: hide_password(raw), reason: reason.into() };
     let url = url::Url::parse(raw).map_err(|e| bad(&format!("not a URL ({e})")))?;
-    let loopback = match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return Err(bad("names no host")),
-    };
+    if url.host().is_none() {
+        return Err(bad("names no host"));
+    }
     match url.scheme() {
         "https" => Ok(SecretUrl(url)),
-        "http" if loopback => Ok(SecretUrl(url)),
+        "http" if is_loopback(&url) => Ok(SecretUrl(url)),
         "http" => Err(bad("use https:// (http:// only to a loopback address, for local gateways)")),
         _ => Err(bad("expected an https:// URL (basic auth from its userinfo)")),
+    }
+}
+
+/// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`): credentials may go
+/// there unencrypted.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        // Hosts of non-special schemes (smtp://) are opaque to `url`: an address reads as a name.
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost")
+                || d.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 
@@ -797,6 +810,8 @@ mod tests {
         assert!(c.reminder_before.is_zero());
         assert!(config(&[("SMTP_URL", "smtp://127.0.0.1:2525")]).is_ok());
         assert!(config(&[("SMTP_URL", "smtp://relay.example.org?tls=required")]).is_ok());
+        assert!(config(&[("SMTP_URL", "smtp://u:p@relay.example.org?tls=required")]).is_ok());
+        assert!(config(&[("SMTP_URL", "smtp://u:p@127.0.0.1:2525")]).is_ok(), "a local relay");
         assert!(config(&[("SMS_URL", "http://127.0.0.1:9/sms"), ("SMS_FROM", "Clinic")]).is_ok());
         for (vars, var) in [
             (vec![("SMTP_URL", "mailto:x@y")], "SMTP_URL"),
