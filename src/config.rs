@@ -98,6 +98,42 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// A URL that may carry credentials (`SMTP_URL`, `SMS_URL`): its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(url::Url);
+
+impl SecretUrl {
+    /// The URL, credentials included.
+    pub fn expose(&self) -> &url::Url {
+        &self.0
+    }
+
+    /// The URL without its credentials, for logs.
+    pub fn redacted(&self) -> String {
+        let mut shown = self.0.clone();
+        if !shown.username().is_empty() || shown.password().is_some() {
+            let _ = shown.set_username("");
+            let _ = shown.set_password(None);
+        }
+        shown.to_string()
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretUrl({})", self.redacted())
+    }
+}
+
+/// An SMS gateway: where the Twilio-style form goes, and the sender it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmsGateway {
+    /// `SMS_URL`; basic-auth credentials, if any, in its userinfo.
+    pub url: SecretUrl,
+    /// `SMS_FROM`.
+    pub from: String,
+}
+
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -284,6 +320,31 @@ pub struct Config {
     pub ws_init_timeout: Duration,
     /// Most operations running at once on one WebSocket (`WS_MAX_SUBSCRIPTIONS`, default 100).
     pub ws_max_subscriptions: usize,
+    /// The mail server (`SMTP_URL`: `smtp://host[:port]`, `smtp://host?tls=required`,
+    /// `smtps://user:pass@host[:port]`); `None`: emails are written as files into
+    /// `DATA_DIR/outbox-mail/`.
+    pub smtp_url: Option<SecretUrl>,
+    /// Sender of the emails (`MAIL_FROM`, default `clinic-booking <no-reply@localhost>`); its
+    /// domain also names the messages and calendar events (`Message-ID`, `UID`).
+    pub mail_from: lettre::message::Mailbox,
+    /// The SMS gateway (`SMS_URL` with `SMS_FROM`); `None`: SMS are written as files into
+    /// `DATA_DIR/outbox-sms/`.
+    pub sms: Option<SmsGateway>,
+    /// Sender named in SMS written as files when there is no gateway (`SMS_FROM`, optional then).
+    pub sms_from: Option<String>,
+    /// How long before a booked appointment its reminder goes out (`REMINDER_BEFORE_SECS`,
+    /// default 86400; 0: no reminders).
+    pub reminder_before: Duration,
+    /// Longest wait between two attempts of a message (`NOTIFY_RETRY_MAX_SECS`, default 300).
+    pub notify_retry_max: Duration,
+    /// Attempts of a message, the first included, before it is kept as failed
+    /// (`NOTIFY_MAX_ATTEMPTS`, default 10).
+    pub notify_max_attempts: u32,
+    /// How often the message workers look for due messages when no commit woke them
+    /// (`NOTIFY_POLL_MS`, default 1000): retries and reminders are due this much late at most.
+    pub notify_poll_interval: Duration,
+    /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 8).
+    pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
     /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
@@ -415,7 +476,58 @@ impl Config {
             }
             None => Vec::new(),
         };
+        let smtp_url = get("SMTP_URL").map(|raw| parse_smtp_url(&raw)).transpose()?;
+        let mail_from = get("MAIL_FROM").unwrap_or_else(|| DEFAULT_MAIL_FROM.into());
+        let mail_from = parse_mail_from(&mail_from).map_err(|reason| ConfigError {
+            var: "MAIL_FROM",
+            value: mail_from.clone(),
+            reason,
+        })?;
+        let sms_from = get("SMS_FROM").map(|raw| parse_sms_from(&raw)).transpose()?;
+        let sms = match get("SMS_URL") {
+            Some(raw) => {
+                let url = parse_sms_url(&raw)?;
+                let from = sms_from.clone().ok_or_else(|| ConfigError {
+                    var: "SMS_FROM",
+                    value: String::new(),
+                    reason: "must be set when SMS_URL is: the sender number (E.164) or an alphanumeric sender id"
+                        .into(),
+                })?;
+                Some(SmsGateway { url, from })
+            }
+            None => None,
+        };
         Ok(Self {
+            smtp_url,
+            mail_from,
+            sms,
+            sms_from,
+            reminder_before: Duration::from_secs(parse(
+                &get,
+                "REMINDER_BEFORE_SECS",
+                Some(86_400),
+                "a number of seconds (0 switches reminders off)",
+            )?),
+            notify_retry_max: Duration::from_secs(at_least(
+                parse(&get, "NOTIFY_RETRY_MAX_SECS", Some(300), "a number of seconds")?,
+                1,
+                "NOTIFY_RETRY_MAX_SECS",
+            )?),
+            notify_max_attempts: at_least(
+                parse(&get, "NOTIFY_MAX_ATTEMPTS", Some(10), "a number of attempts")?,
+                1,
+                "NOTIFY_MAX_ATTEMPTS",
+            )?,
+            notify_poll_interval: Duration::from_millis(at_least(
+                parse(&get, "NOTIFY_POLL_MS", Some(1000), "a number of milliseconds")?,
+                10,
+                "NOTIFY_POLL_MS",
+            )?),
+            notify_concurrency: at_least(
+                parse(&get, "NOTIFY_CONCURRENCY", Some(8), "a number of messages")?,
+                1,
+                "NOTIFY_CONCURRENCY",
+            )?,
             bind_addr,
             database,
             redis_url,
@@ -533,6 +645,107 @@ impl Config {
     /// True when the service runs alone: SQLite and no Redis (dev mode).
     pub fn single_process(&self) -> bool {
         self.database.is_sqlite() && self.redis_url.is_none()
+    }
+}
+
+/// `MAIL_FROM` when unset.
+pub const DEFAULT_MAIL_FROM: &str = "clinic-booking <no-reply@localhost>";
+
+/// `SMTP_URL`: what lettre's `AsyncSmtpTransport::from_url` takes, minus what would send a
+/// password in the clear.
+fn parse_smtp_url(raw: &str) -> Result<SecretUrl, ConfigError> {
+    let bad = |reason: &str| ConfigError { var: "SMTP_URL", value: hide_password(raw), reason: reason.into() };
+    let url = url::Url::parse(raw).map_err(|e| bad(&format!("not a URL ({e}); expected smtp://host:port")))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host; expected smtp://host:port or smtps://user:pass@host"));
+    }
+    let mut tls = None;
+    for (key, value) in url.query_pairs() {
+        match (key.as_ref(), value.as_ref()) {
+            ("tls", "required" | "opportunistic") if tls.is_none() => tls = Some(value.into_owned()),
+            _ => return Err(bad("the only query parameter understood is tls=required or tls=opportunistic")),
+        }
+    }
+    let credentials = !url.username().is_empty() || url.password().is_some();
+    match url.scheme() {
+        "smtps" if tls.is_some() => Err(bad("smtps:// is TLS from the start; tls= applies to smtp:// only")),
+        "smtps" => Ok(SecretUrl(url)),
+        "smtp" if credentials && tls.as_deref() != Some("required") && !is_loopback(&url) => Err(bad(
+            "credentials would travel unencrypted: use smtps://user:pass@host or smtp://user:pass@host?tls=required \
+             (plain smtp:// with credentials only to a loopback address)",
+        )),
+        "smtp" => Ok(SecretUrl(url)),
+        _ => Err(bad("expected smtp://host:port or smtps://user:pass@host[:port]")),
+    }
+}
+
+/// `SMS_URL`: an `https://` endpoint, or `http://` to a loopback address (basic-auth
+/// credentials must not cross a network in the clear).
+fn parse_sms_url(raw: &str) -> Result<SecretUrl, ConfigError> {
+    let bad = |reason: &str| ConfigError { var: "SMS_URL", value: hide_password(raw), reason: reason.into() };
+    let url = url::Url::parse(raw).map_err(|e| bad(&format!("not a URL ({e})")))?;
+    if url.host().is_none() {
+        return Err(bad("names no host"));
+    }
+    match url.scheme() {
+        "https" => Ok(SecretUrl(url)),
+        "http" if is_loopback(&url) => Ok(SecretUrl(url)),
+        "http" => Err(bad("use https:// (http:// only to a loopback address, for local gateways)")),
+        _ => Err(bad("expected an https:// URL (basic auth from its userinfo)")),
+    }
+}
+
+/// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`): credentials may go
+/// there unencrypted.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        // Hosts of non-special schemes (smtp://) are opaque to `url`: an address reads as a name.
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost")
+                || d.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// `MAIL_FROM`: a mailbox (`Name <user@domain>` or `user@domain`) as lettre parses it.
+fn parse_mail_from(raw: &str) -> Result<lettre::message::Mailbox, String> {
+    raw.trim()
+        .parse::<lettre::message::Mailbox>()
+        .map_err(|e| format!("expected a mailbox such as {DEFAULT_MAIL_FROM:?} ({e})"))
+}
+
+/// `SMS_FROM`: an E.164 number or an alphanumeric sender id (1–11 letters, digits or spaces,
+/// with at least one letter), the two forms SMS gateways take.
+fn parse_sms_from(raw: &str) -> Result<String, ConfigError> {
+    let value = raw.trim();
+    let e164 = value
+        .strip_prefix('+')
+        .is_some_and(|d| (8..=15).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()) && !d.starts_with('0'));
+    let alphanumeric = (1..=11).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b' ')
+        && value.bytes().any(|b| b.is_ascii_alphabetic());
+    if e164 || alphanumeric {
+        return Ok(value.to_owned());
+    }
+    Err(ConfigError {
+        var: "SMS_FROM",
+        value: raw.into(),
+        reason: "expected an E.164 number (+ and 8 to 15 digits) or an alphanumeric sender id of up to 11 characters"
+            .into(),
+    })
+}
+
+/// A URL value as shown in an error: without its password.
+fn hide_password(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        _ => raw.to_owned(),
     }
 }
 
@@ -676,6 +889,50 @@ mod tests {
             ("WAITLIST_OFFER_SECS", "0"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn message_settings() -> Result<(), ConfigError> {
+        let c = config(&[])?;
+        assert!(c.smtp_url.is_none() && c.sms.is_none());
+        assert_eq!(c.mail_from.email.domain(), "localhost");
+        assert_eq!(c.reminder_before, Duration::from_secs(86_400));
+        assert_eq!(c.notify_retry_max, Duration::from_secs(300));
+        assert_eq!(c.notify_max_attempts, 10);
+        let c = config(&[
+            ("SMTP_URL", "smtps://user:p%40ss@mail.example.org"),
+            ("MAIL_FROM", "Clinic <hello@clinic.example>"),
+            ("SMS_URL", "https://AC1:token@sms.example.org/2010-04-01/Accounts/AC1/Messages.json"),
+            ("SMS_FROM", "+15005550006"),
+            ("REMINDER_BEFORE_SECS", "0"),
+        ])?;
+        let smtp = c.smtp_url.as_ref().map(SecretUrl::redacted).unwrap_or_default();
+        assert_eq!(smtp, "smtps://mail.example.org");
+        assert!(!format!("{c:?}").contains("p%40ss") && !format!("{c:?}").contains("token"));
+        assert_eq!(c.sms.map(|s| s.from).as_deref(), Some("+15005550006"));
+        assert!(c.reminder_before.is_zero());
+        assert!(config(&[("SMTP_URL", "smtp://127.0.0.1:2525")]).is_ok());
+        assert!(config(&[("SMTP_URL", "smtp://relay.example.org?tls=required")]).is_ok());
+        assert!(config(&[("SMTP_URL", "smtp://u:p@relay.example.org?tls=required")]).is_ok());
+        assert!(config(&[("SMTP_URL", "smtp://u:p@127.0.0.1:2525")]).is_ok(), "a local relay");
+        assert!(config(&[("SMS_URL", "http://127.0.0.1:9/sms"), ("SMS_FROM", "Clinic")]).is_ok());
+        for (vars, var) in [
+            (vec![("SMTP_URL", "mailto:x@y")], "SMTP_URL"),
+            (vec![("SMTP_URL", "smtp://u:p@relay.example.org")], "SMTP_URL"),
+            (vec![("SMTP_URL", "smtp://relay.example.org?tls=sometimes")], "SMTP_URL"),
+            (vec![("MAIL_FROM", "not an address")], "MAIL_FROM"),
+            (vec![("SMS_URL", "https://sms.example.org")], "SMS_FROM"),
+            (vec![("SMS_URL", "http://sms.example.org"), ("SMS_FROM", "+15005550006")], "SMS_URL"),
+            (vec![("SMS_FROM", "+0123")], "SMS_FROM"),
+            (vec![("NOTIFY_MAX_ATTEMPTS", "0")], "NOTIFY_MAX_ATTEMPTS"),
+            (vec![("NOTIFY_RETRY_MAX_SECS", "0")], "NOTIFY_RETRY_MAX_SECS"),
+            (vec![("REMINDER_BEFORE_SECS", "-5")], "REMINDER_BEFORE_SECS"),
+        ] {
+            let err = config(&vars).unwrap_err();
+            assert_eq!(err.var, var, "{vars:?}");
+            assert!(!err.to_string().contains(":p@"), "the password is hidden: {err}");
         }
         Ok(())
     }

@@ -14,7 +14,10 @@
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
 //! - [`auth`] — bearer tokens and roles.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
-//! - [`events`] — committed slot changes on their way to live subscribers.
+//! - [`events`] — committed slot changes on their way to live subscribers, and the hook
+//!   through which appointment events become durable follow-up work.
+//! - [`notify`] — patients' contact details, and the emails and SMS each appointment event
+//!   sends them (a durable queue in the database, sent by a worker in every instance).
 //! - [`guard`] — burst protection: slot-list cache (shared rows, and rendered answers in
 //!   process), rate limit, known-full rejects, bulkhead.
 //! - [`webhooks`] — partner webhooks: endpoints, deliveries recorded by the relay, signed
@@ -38,6 +41,7 @@ pub mod graphql;
 pub mod guard;
 pub mod http;
 pub mod model;
+pub mod notify;
 pub mod startup;
 pub mod telemetry;
 pub mod webhooks;

@@ -15,6 +15,7 @@ use crate::{
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
+    notify::{NotifySettings, NotifyTasks},
 };
 
 /// Why an instance could not start: one line that names the setting, its value (without a
@@ -59,6 +60,9 @@ pub enum StartupError {
     /// The webhook sender could not be set up.
     #[error("webhooks: {0}")]
     Webhooks(String),
+    /// The mail server or SMS gateway settings are unusable.
+    #[error("{0}")]
+    Notify(String),
     /// `REDIS_URL` is not usable.
     #[error("cannot use REDIS_URL ({url}): {reason}")]
     Redis {
@@ -125,6 +129,8 @@ pub struct Application {
     live_tasks: LiveTasks,
     /// The webhook worker: it stops after them.
     webhook_tasks: WebhookTasks,
+    /// The message worker: it stops after them.
+    notify_tasks: NotifyTasks,
     /// The domain's own background jobs (hold expiry).
     jobs: Jobs,
 }
@@ -207,6 +213,10 @@ impl Application {
         )
         .map_err(StartupError::Webhooks)?;
         let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);
+        // Telling people: the relay records messages, this instance's worker sends them.
+        let notify = NotifySettings::from_config(&config).map_err(StartupError::Notify)?;
+        notify.announce(config.single_process());
+        let (messages, notify_tasks) = crate::notify::start(db.clone(), notify);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -217,7 +227,7 @@ impl Application {
                 poll_interval: config.outbox_poll_interval,
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
-                follow_ups: vec![Arc::new(recorder) as Arc<dyn FollowUp>],
+                follow_ups: vec![messages as Arc<dyn FollowUp>, Arc::new(recorder) as Arc<dyn FollowUp>],
                 // Other instances' commits reach the rendered answers through the bus.
                 observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
             },
@@ -251,7 +261,7 @@ impl Application {
         let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
         let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
-        Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks })
+        Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks })
     }
 
     /// The bound address.
@@ -271,13 +281,15 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks, jobs, webhook_tasks } = self;
+        let Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks } = self;
         tracing::info!(addr = %addr, "listening");
         let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
         jobs.shutdown().await;
         live_tasks.shutdown().await;
+        // After the relay: what it recorded last is sent or stays queued, nothing is sent twice.
         webhook_tasks.shutdown().await;
+        notify_tasks.shutdown().await;
         served
     }
 }

@@ -18,6 +18,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_initial;
 mod m20261201_000001_lifecycle;
+mod m20261201_000002_messages;
 mod m20261201_000003_webhooks;
 mod m20261201_000004_waitlist;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_initial::Migration),
             Box::new(m20261201_000001_lifecycle::Migration),
+            Box::new(m20261201_000002_messages::Migration),
             Box::new(m20261201_000003_webhooks::Migration),
             Box::new(m20261201_000004_waitlist::Migration),
         ]
@@ -50,3 +52,8 @@ pub const UQ_WAITLIST_CALLER_KEY: &str = "uq_waitlist_caller_key";
 /// Name of the partial unique index "one open (WAITING or OFFERED) entry per patient, doctor
 /// and day".
 pub const UQ_WAITLIST_OPEN_ENTRY: &str = "uq_waitlist_open_entry";
+/// Name of the unique index "one message per (outbox row, channel, purpose)": the relay's
+/// recording of messages stays idempotent when a pass is retried.
+pub const UQ_MESSAGE_OUTBOX_CHANNEL: &str = "uq_patient_message_outbox_channel";
+/// Name of the partial unique index "one reminder per (appointment, channel)".
+pub const UQ_MESSAGE_REMINDER: &str = "uq_patient_message_reminder";

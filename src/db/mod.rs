@@ -11,9 +11,11 @@
 mod rows;
 pub mod appointments;
 pub mod book_pg;
+pub mod contacts;
 pub mod doctors;
 pub mod entity;
 mod hot;
+pub mod messages;
 pub mod outbox;
 pub mod slots;
 pub mod waitlist;

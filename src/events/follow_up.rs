@@ -3,6 +3,7 @@
 //! [`FollowUp`] inside the transaction that deletes their outbox rows, so the work is recorded
 //! exactly when the rows go (and, like them, only for changes that committed).
 
+use chrono::{DateTime, Utc};
 use sea_orm::DatabaseTransaction;
 
 use crate::{
@@ -21,13 +22,15 @@ pub struct Notification {
     pub event: AppointmentEvent,
     /// The appointment it happened to.
     pub appointment_id: i64,
+    /// When the change committed (the outbox row's time): where delivery lags are measured from.
+    pub committed_at: DateTime<Utc>,
 }
 
 impl Notification {
     /// The event an outbox row carries; `None` for a row that only changes a slot.
     pub fn from_row(row: &outbox::Model) -> Option<Self> {
         let (event, appointment_id) = row.event()?;
-        Some(Self { outbox_id: row.id, event, appointment_id })
+        Some(Self { outbox_id: row.id, event, appointment_id, committed_at: row.created_at })
     }
 }
 
@@ -38,7 +41,8 @@ pub trait FollowUp: Send + Sync + 'static {
     /// stay, and the pass (live events included) is retried with backoff.
     async fn record(&self, tx: &DatabaseTransaction, events: &[Notification]) -> Result<(), StoreError>;
 
-    /// Called after a pass's transaction committed, so what `record` wrote can start at once
-    /// (e.g. by waking a sender, which would find nothing before the commit); must not block.
+    /// Called after the transaction in which [`FollowUp::record`] ran committed, so that the
+    /// workers sending what was recorded start at once instead of at their next poll. Must not
+    /// block.
     fn committed(&self) {}
 }

@@ -121,7 +121,8 @@ impl Relay {
         // Live availability first: it does not wait for the follow-up work.
         self.publisher.publish(claimed.rows.iter().filter_map(outbox_row::Model::slot_change).collect()).await?;
         let events: Vec<Notification> = claimed.rows.iter().filter_map(Notification::from_row).collect();
-        if !events.is_empty() && !self.follow_ups.is_empty() {
+        let recorded = !events.is_empty() && !self.follow_ups.is_empty();
+        if recorded {
             let tx = claimed.transaction().await?;
             for follow_up in &self.follow_ups {
                 follow_up.record(tx, &events).await?;
@@ -129,7 +130,7 @@ impl Relay {
         }
         let taken = claimed.rows.len();
         claimed.commit().await?;
-        if !events.is_empty() {
+        if recorded {
             self.follow_ups.iter().for_each(|f| f.committed());
         }
         metrics::counter!("outbox_published_total").increment(taken as u64);

@@ -5,6 +5,7 @@ pub mod context;
 pub mod direct;
 pub mod error;
 pub mod loaders;
+pub mod messages;
 mod mutation;
 mod query;
 pub mod scalars;
@@ -20,23 +21,24 @@ use async_graphql::{
 
 pub use context::RequestContext;
 pub use loaders::Loaders;
+pub use messages::{MessagesMutation, MessagesQuery};
 pub use mutation::BookingMutation;
 pub use query::BookingQuery;
 pub use subscription::{SubscriptionExecutor, SubscriptionRoot};
 pub use webhooks::{WebhookMutation, WebhookQuery};
 
-use crate::{booking::BookingService, webhooks::WebhookService};
+use crate::{booking::BookingService, notify::ContactService, webhooks::WebhookService};
 
 // Each part of the domain contributes its own object, in its own file.
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery, WebhookQuery);
+pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery, MessagesQuery, WebhookQuery);
 
 /// Write operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation, WebhookMutation);
+pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation, MessagesMutation, WebhookMutation);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
@@ -86,7 +88,7 @@ fn build(limits: QueryLimits, service: Option<BookingService>, more: MoreService
         .limit_complexity(limits.complexity)
         .validation_mode(mode);
     if let Some(service) = service {
-        builder = builder.data(service);
+        builder = builder.data(ContactService::new(service.db().clone())).data(service);
     }
     if let Some(webhooks) = more.webhooks {
         builder = builder.data(webhooks);

@@ -8,12 +8,22 @@
 //! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
 //! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
 //! there), `booking_bulkhead_rejected_total`; `slot_cache_requests_total{result=hit|miss}`,
-//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`. Partner webhooks:
+//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`.
+//!
+//! Partner webhooks:
 //! `webhook_deliveries_total{outcome=succeeded|retried|failed|disabled}` (one per attempt: it
 //! was accepted, will be retried, was the last, or answered 410 and disabled its endpoint),
 //! `webhook_deliveries_recorded_total`, `webhook_attempt_seconds` (up to the 15 s timeout),
 //! and the gauges `webhook_queue_depth` (deliveries `PENDING`, of every instance) and
 //! `webhook_queue_oldest_due_seconds` (how overdue the earliest of them is; 0 when none is).
+//!
+//! Messages to patients: `notify_messages_total{channel=email|sms,outcome=sent|retried|failed|skipped}`
+//! (one per attempt's outcome: `retried` is a failed attempt that will be tried again),
+//! `notify_attempt_seconds{channel}` (one attempt, rendering and sending),
+//! `notify_message_lag_seconds{channel}` (from the commit of the change, or from a reminder's
+//! due time, until the server or gateway took the message), and the gauges
+//! `notify_queue_depth` (messages due and not taken) and `notify_queue_oldest_due_seconds`
+//! (how long the oldest of them has waited), refreshed by each instance's worker every 5 s.
 
 use std::sync::OnceLock;
 
@@ -31,11 +41,16 @@ pub fn install_recorder() -> PrometheusHandle {
             let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
             // A partner's server answers in seconds, not milliseconds (a full match wins).
             let webhook_buckets = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0];
+            // Messages take from milliseconds (a local server) to minutes (retries): the lag's
+            // p99 goal of 2 s needs buckets around it, and a retried message's lag needs room.
+            let message_buckets =
+                [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
                 .and_then(|b| {
                     b.set_buckets_for_metric(Matcher::Full("webhook_attempt_seconds".into()), &webhook_buckets)
                 })
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Prefix("notify_".into()), &message_buckets))
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             let recorder = builder.build_recorder();
             let handle = recorder.handle();

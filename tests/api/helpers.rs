@@ -64,6 +64,11 @@ impl TestDatabase {
         }
     }
 
+    /// The data directory of servers on this database (`DATA_DIR`).
+    pub(crate) fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
     /// The configuration of a server on this database.
     pub(crate) fn config(&self, extra: &[(&str, &str)]) -> Config {
         let mut vars: HashMap<String, String> = HashMap::from([
@@ -128,12 +133,12 @@ pub(crate) struct TestApp {
     /// The HTTP client.
     pub(crate) client: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The task serving (`None` once stopped).
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     /// The server's own runtime (`None` once shut down).
     runtime: Option<tokio::runtime::Runtime>,
     /// What the server logged.
     log: ServerLog,
-    /// The serving task, for a stop that waits until the server has stopped.
-    served: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestApp {
@@ -163,7 +168,7 @@ impl TestApp {
         let port = app.port();
         let db = app.db().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let served = runtime.spawn(app.run_until_stopped(async {
+        let server = runtime.spawn(app.run_until_stopped(async {
             let _ = rx.await;
         }));
         Self {
@@ -172,19 +177,21 @@ impl TestApp {
             db,
             client: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("client"),
             shutdown: Some(tx),
+            server: Some(server),
             runtime: Some(runtime),
             log,
-            served: Some(served),
         }
     }
 
-    /// Stops the server as SIGTERM would, and waits until it has (its background tasks too).
+    /// Stops the server cleanly, as SIGTERM does, and waits until it has stopped (its
+    /// background tasks included).
     pub(crate) async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        if let Some(served) = self.served.take() {
-            let _ = served.await;
+        if let Some(server) = self.server.take() {
+            let stopped = tokio::time::timeout(Duration::from_secs(60), server).await;
+            assert!(matches!(stopped, Ok(Ok(Ok(())))), "the server stops cleanly: {stopped:?}");
         }
     }
 

@@ -232,11 +232,11 @@ fn statuses(deliveries: &[Value]) -> Vec<&str> {
 // The independent verifier
 
 /// The Python that has the `standardwebhooks` package: `CLINIC_WEBHOOK_PYTHON`, the venv
-/// `.ci/run` makes (`target/webhook-verify-venv`), or `python3`. `None` (after one printed
+/// `.ci/run` makes (`target/py`), or `python3`. `None` (after one printed
 /// line) when none has it, unless `CLINIC_REQUIRE_EXTERNAL_TESTS=1`, which makes it a failure.
 fn verifier() -> Option<PathBuf> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/verify_webhook.py");
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/webhook-verify-venv/bin/python");
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/py/bin/python");
     let candidates = std::env::var_os("CLINIC_WEBHOOK_PYTHON")
         .map(PathBuf::from)
         .into_iter()
@@ -255,7 +255,7 @@ fn verifier() -> Option<PathBuf> {
     let required = std::env::var("CLINIC_REQUIRE_EXTERNAL_TESTS").is_ok_and(|v| v == "1");
     assert!(
         !required,
-        "the PyPI package standardwebhooks is missing (.ci/run installs it into target/webhook-verify-venv)"
+        "the PyPI package standardwebhooks is missing (.ci/run installs it into target/py)"
     );
     println!("skipped: no Python with the standardwebhooks package (see .ci/run)");
     None

@@ -5,6 +5,8 @@ pub mod appointment;
 pub mod appointment_slot;
 pub mod doctor;
 pub mod outbox;
+pub mod patient_contact;
+pub mod patient_message;
 pub mod time_slot;
 pub mod waitlist_entry;
 pub mod webhook_attempt;

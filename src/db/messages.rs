@@ -1,0 +1,315 @@
+//! Queries of the `patient_message` queue: what the relay records, and how workers claim,
+//! lease and settle messages.
+//!
+//! Timestamps are always bound from the service's clock, never taken from the database's, so
+//! comparisons mean the same on both databases (SQLite compares the stored RFC 3339 text).
+
+use chrono::{DateTime, Utc};
+use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement, Value};
+
+use super::{entity::patient_message, Db, StoreError};
+
+/// Rows per INSERT statement (12 values each: well under both databases' parameter limits).
+const INSERT_CHUNK: usize = 500;
+
+/// An appointment an event is about, with what its messages need: the doctor of its first slot,
+/// the patient's contact details, and the appointment it was rescheduled from, if any.
+#[derive(Clone, Debug, PartialEq, Eq, FromQueryResult)]
+pub struct EventSubject {
+    /// The appointment.
+    pub id: i64,
+    /// Its patient.
+    pub patient_id: i64,
+    /// Its status now (a later change may have committed since the event).
+    pub status: String,
+    /// Its start.
+    pub start_at: DateTime<Utc>,
+    /// Its end.
+    pub end_at: DateTime<Utc>,
+    /// Until when a hold keeps its seat.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Who cancelled it.
+    pub cancelled_by: Option<String>,
+    /// The appointment it replaced.
+    pub rescheduled_from: Option<i64>,
+    /// Its doctor's name.
+    pub doctor_name: String,
+    /// Its doctor's time zone.
+    pub doctor_timezone: String,
+    /// The patient's email, if on file.
+    pub email: Option<String>,
+    /// The patient's phone, if on file.
+    pub phone: Option<String>,
+    /// The patient's locale, if on file.
+    pub locale: Option<String>,
+    /// Start of the appointment it replaced.
+    pub prev_start_at: Option<DateTime<Utc>>,
+    /// End of the appointment it replaced.
+    pub prev_end_at: Option<DateTime<Utc>>,
+    /// Who moved it (`cancelled_by` of the appointment it replaced).
+    pub prev_cancelled_by: Option<String>,
+    /// The doctor of the appointment it replaced.
+    pub prev_doctor_name: Option<String>,
+    /// That doctor's time zone.
+    pub prev_doctor_timezone: Option<String>,
+}
+
+/// The appointments among `ids` whose patient has an email or a phone on file, with what their
+/// messages need (one statement).
+pub async fn event_subjects(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<Vec<EventSubject>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let backend = conn.get_database_backend();
+    let sql = format!(
+        "SELECT a.id, a.patient_id, a.status, a.start_at, a.end_at, a.expires_at, a.cancelled_by, \
+           a.rescheduled_from, d.name AS doctor_name, d.timezone AS doctor_timezone, \
+           c.email, c.phone, c.locale, \
+           p.start_at AS prev_start_at, p.end_at AS prev_end_at, p.cancelled_by AS prev_cancelled_by, \
+           pd.name AS prev_doctor_name, pd.timezone AS prev_doctor_timezone \
+         FROM appointment a \
+         JOIN time_slot s ON s.id = a.slot_id \
+         JOIN doctor d ON d.id = s.doctor_id \
+         JOIN patient_contact c ON c.patient_id = a.patient_id \
+         LEFT JOIN appointment p ON p.id = a.rescheduled_from \
+         LEFT JOIN time_slot ps ON ps.id = p.slot_id \
+         LEFT JOIN doctor pd ON pd.id = ps.doctor_id \
+         WHERE a.id IN ({}) AND (c.email IS NOT NULL OR c.phone IS NOT NULL)",
+        placeholders(1, ids.len())
+    );
+    let values: Vec<Value> = ids.iter().map(|&id| id.into()).collect();
+    Ok(EventSubject::find_by_statement(Statement::from_sql_and_values(backend, sql, values)).all(conn).await?)
+}
+
+/// A message to record.
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    /// The outbox row of the event.
+    pub outbox_id: i64,
+    /// `EVENT` or `REMINDER`.
+    pub purpose: &'static str,
+    /// The event's word.
+    pub event: &'static str,
+    /// The appointment.
+    pub appointment_id: i64,
+    /// The patient.
+    pub patient_id: i64,
+    /// `EMAIL` or `SMS`.
+    pub channel: &'static str,
+    /// The address or number.
+    pub recipient: String,
+    /// The patient's locale.
+    pub locale: Option<String>,
+    /// What rendering needs (JSON).
+    pub facts: String,
+    /// When its first attempt is due.
+    pub due_at: DateTime<Utc>,
+    /// Start of its delivery lag.
+    pub committed_at: DateTime<Utc>,
+}
+
+/// Inserts `messages`, skipping any that is already recorded (the same outbox row and channel,
+/// or a second reminder of one appointment and channel). Returns how many were new.
+pub async fn record(
+    conn: &impl ConnectionTrait,
+    messages: &[NewMessage],
+    now: DateTime<Utc>,
+) -> Result<u64, StoreError> {
+    let backend = conn.get_database_backend();
+    let mut inserted = 0;
+    for chunk in messages.chunks(INSERT_CHUNK) {
+        const COLUMNS: usize = 12;
+        let rows: Vec<String> =
+            (0..chunk.len()).map(|i| format!("({}, 'PENDING', 0)", placeholders(i * COLUMNS + 1, COLUMNS))).collect();
+        let sql = format!(
+            "INSERT INTO patient_message (outbox_id, purpose, event, appointment_id, patient_id, channel, \
+               recipient, locale, facts, next_attempt_at, committed_at, created_at, status, attempts) \
+             VALUES {} ON CONFLICT DO NOTHING",
+            rows.join(", ")
+        );
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
+        for m in chunk {
+            values.extend([
+                m.outbox_id.into(),
+                m.purpose.into(),
+                m.event.into(),
+                m.appointment_id.into(),
+                m.patient_id.into(),
+                m.channel.into(),
+                m.recipient.clone().into(),
+                m.locale.clone().into(),
+                m.facts.clone().into(),
+                m.due_at.into(),
+                m.committed_at.into(),
+                now.into(),
+            ]);
+        }
+        inserted += conn.execute_raw(Statement::from_sql_and_values(backend, sql, values)).await?.rows_affected();
+    }
+    Ok(inserted)
+}
+
+/// Claims up to `limit` pending messages due at `now`: each gets the lease `lease_until`
+/// (which is also when it becomes due again, should this attempt never report) and one more
+/// attempt counted. On PostgreSQL the candidates are locked `SKIP LOCKED`, so workers of
+/// several instances claim disjoint messages; SQLite runs one writer at a time.
+pub async fn claim(
+    db: &Db,
+    limit: usize,
+    now: DateTime<Utc>,
+    lease_until: DateTime<Utc>,
+) -> Result<Vec<patient_message::Model>, StoreError> {
+    let backend = db.backend();
+    let lock = if backend == DbBackend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+    let sql = format!(
+        "UPDATE patient_message SET next_attempt_at = $1, locked_until = $1, attempts = attempts + 1 \
+         WHERE id IN (SELECT id FROM patient_message WHERE status = 'PENDING' AND next_attempt_at <= $2 \
+                      ORDER BY next_attempt_at, id LIMIT $3{lock}) \
+         RETURNING *"
+    );
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let statement = Statement::from_sql_and_values(backend, sql, [lease_until.into(), now.into(), limit.into()]);
+    let mut rows = patient_message::Model::find_by_statement(statement).all(db.conn()).await?;
+    rows.sort_unstable_by_key(|m| (m.next_attempt_at, m.id));
+    Ok(rows)
+}
+
+/// How an attempt ended, to record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settle {
+    /// Taken by the server or gateway at `at`.
+    Sent {
+        /// When.
+        at: DateTime<Utc>,
+    },
+    /// Failed; try again at `at`.
+    Retry {
+        /// The next attempt.
+        at: DateTime<Utc>,
+        /// Why it failed.
+        error: String,
+    },
+    /// Given up on.
+    Failed {
+        /// Why the last attempt failed.
+        error: String,
+    },
+    /// No longer applies (a reminder of an appointment that moved or was cancelled).
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// Not attempted after all (the worker is stopping): due again at `at`, the attempt not
+    /// counted.
+    Released {
+        /// When it is due again.
+        at: DateTime<Utc>,
+    },
+}
+
+/// Records the outcome of attempts claimed under `lease`, for the messages that still carry
+/// that lease (one whose lease ran out and that another worker claimed again is left to that
+/// worker). Messages sent at the same time are settled in one statement.
+pub async fn settle(
+    conn: &impl ConnectionTrait,
+    lease: DateTime<Utc>,
+    outcomes: &[(i64, Settle)],
+) -> Result<(), StoreError> {
+    let backend = conn.get_database_backend();
+    let sent: Vec<(i64, DateTime<Utc>)> = outcomes
+        .iter()
+        .filter_map(|(id, s)| match s {
+            Settle::Sent { at } => Some((*id, *at)),
+            _ => None,
+        })
+        .collect();
+    if let Some(&(_, at)) = sent.iter().max_by_key(|(_, at)| *at) {
+        // One `sent_at` for the batch (the latest): the difference is the batch's duration.
+        let sql = format!(
+            "UPDATE patient_message SET status = 'SENT', sent_at = $1, locked_until = NULL, last_error = NULL \
+             WHERE locked_until = $2 AND id IN ({})",
+            placeholders(3, sent.len())
+        );
+        let mut values: Vec<Value> = vec![at.into(), lease.into()];
+        values.extend(sent.iter().map(|(id, _)| Value::from(*id)));
+        conn.execute_raw(Statement::from_sql_and_values(backend, sql, values)).await?;
+    }
+    for (id, outcome) in outcomes {
+        let (sql, mut values): (&str, Vec<Value>) = match outcome {
+            Settle::Sent { .. } => continue,
+            Settle::Retry { at, error } => (
+                "UPDATE patient_message SET next_attempt_at = $3, locked_until = NULL, last_error = $4 \
+                 WHERE id = $1 AND locked_until = $2",
+                vec![(*at).into(), truncate(error).into()],
+            ),
+            Settle::Failed { error } => (
+                "UPDATE patient_message SET status = 'FAILED', locked_until = NULL, last_error = $3 \
+                 WHERE id = $1 AND locked_until = $2",
+                vec![truncate(error).into()],
+            ),
+            Settle::Skipped { reason } => (
+                "UPDATE patient_message SET status = 'SKIPPED', locked_until = NULL, last_error = $3 \
+                 WHERE id = $1 AND locked_until = $2",
+                vec![truncate(reason).into()],
+            ),
+            Settle::Released { at } => (
+                "UPDATE patient_message SET next_attempt_at = $3, locked_until = NULL, attempts = attempts - 1 \
+                 WHERE id = $1 AND locked_until = $2",
+                vec![(*at).into()],
+            ),
+        };
+        values.splice(0..0, [Value::from(*id), lease.into()]);
+        conn.execute_raw(Statement::from_sql_and_values(backend, sql, values)).await?;
+    }
+    Ok(())
+}
+
+/// The queue as a worker sees it at `now`: messages due (pending, not leased) and the time the
+/// oldest of them has waited.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct QueueDepth {
+    /// Pending messages due now.
+    pub due: i64,
+    /// How long the oldest due message has been due, in seconds (0 with none).
+    pub oldest_due_secs: f64,
+}
+
+/// [`QueueDepth`] at `now` (one indexed statement).
+pub async fn depth(conn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<QueueDepth, StoreError> {
+    #[derive(FromQueryResult)]
+    struct Row {
+        due: i64,
+        oldest: Option<DateTime<Utc>>,
+    }
+    let backend = conn.get_database_backend();
+    let sql = "SELECT COUNT(*) AS due, MIN(next_attempt_at) AS oldest FROM patient_message \
+               WHERE status = 'PENDING' AND next_attempt_at <= $1";
+    let row = Row::find_by_statement(Statement::from_sql_and_values(backend, sql, [now.into()])).one(conn).await?;
+    Ok(row.map_or_else(QueueDepth::default, |r| QueueDepth {
+        due: r.due,
+        oldest_due_secs: r.oldest.map_or(0.0, |t| (now - t).as_seconds_f64().max(0.0)),
+    }))
+}
+
+/// Messages of an appointment, oldest first (for tests and support).
+pub async fn of_appointment(
+    conn: &impl ConnectionTrait,
+    appointment_id: i64,
+) -> Result<Vec<patient_message::Model>, StoreError> {
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
+    Ok(patient_message::Entity::find()
+        .filter(patient_message::Column::AppointmentId.eq(appointment_id))
+        .order_by_asc(patient_message::Column::Id)
+        .all(conn)
+        .await?)
+}
+
+/// `$from, $from+1, …` (`count` of them).
+fn placeholders(from: usize, count: usize) -> String {
+    (from..from + count).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Error texts are kept short: a failing server's whole answer does not belong in every row.
+fn truncate(text: &str) -> String {
+    text.chars().take(500).collect()
+}

@@ -1,0 +1,104 @@
+//! Contact details: `setPatientContact` and `patientContact`, thin over
+//! [`ContactService`](crate::notify::ContactService).
+
+use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
+
+use super::{context::caller, error::IntoGraphql, types::UserError};
+use crate::notify::{Contact, ContactInput, ContactService, Field};
+
+/// A write to a patient's contact details. A field left out keeps its value; an explicit
+/// `null` removes it.
+#[derive(InputObject, Debug)]
+pub struct PatientContactInput {
+    /// The patient: required for partners and admins; a patient may name only itself.
+    pub patient_id: Option<ID>,
+    /// An email address (`name@example.org`: no display name, ASCII, a domain name).
+    pub email: MaybeUndefined<String>,
+    /// An E.164 number: `+` and 8–15 digits.
+    pub phone: MaybeUndefined<String>,
+    /// A BCP 47 language tag (`en`, `fr-CA`): the language of the messages.
+    pub locale: MaybeUndefined<String>,
+}
+
+/// The answer to `setPatientContact`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct PatientContactPayload {
+    /// The details as you may now see them, unless refused.
+    pub contact: Option<PatientContact>,
+    /// Why the write was refused (one entry per invalid field); empty otherwise.
+    pub user_errors: Vec<UserError>,
+}
+
+/// Where a patient's messages go.
+#[derive(SimpleObject, Clone, Debug)]
+pub struct PatientContact {
+    /// The patient.
+    pub patient_id: ID,
+    /// Emails go here, when set.
+    pub email: Option<String>,
+    /// SMS go here, when set.
+    pub phone: Option<String>,
+    /// The language of the messages.
+    pub locale: Option<String>,
+}
+
+impl From<Contact> for PatientContact {
+    fn from(c: Contact) -> Self {
+        Self { patient_id: ID(c.patient_id.to_string()), email: c.email, phone: c.phone, locale: c.locale }
+    }
+}
+
+fn field(value: MaybeUndefined<String>) -> Field {
+    match value {
+        MaybeUndefined::Undefined => Field::Keep,
+        MaybeUndefined::Null => Field::Clear,
+        MaybeUndefined::Value(v) => Field::Set(v),
+    }
+}
+
+/// Reads of contact details.
+#[derive(Default)]
+pub struct MessagesQuery;
+
+#[Object]
+impl MessagesQuery {
+    /// A patient's contact details, or null when none are on file or you may not see them: a
+    /// patient sees its own (`patientId` may be left out), an admin any patient's, a partner
+    /// those of patients it booked. Doctors: FORBIDDEN.
+    async fn patient_contact(&self, ctx: &Context<'_>, patient_id: Option<ID>) -> Result<Option<PatientContact>> {
+        let found =
+            ctx.data::<ContactService>()?.get(caller(ctx)?, patient_id.as_ref().map(|p| p.as_str())).await.gql()?;
+        Ok(found.map(PatientContact::from))
+    }
+}
+
+/// Writes of contact details.
+#[derive(Default)]
+pub struct MessagesMutation;
+
+#[Object]
+impl MessagesMutation {
+    /// Sets where a patient's messages go; sends nothing by itself. Invalid values come back
+    /// in `userErrors` (INVALID_INPUT, with `field`), and nothing is changed then.
+    async fn set_patient_contact(
+        &self,
+        ctx: &Context<'_>,
+        input: PatientContactInput,
+    ) -> Result<PatientContactPayload> {
+        let request = ContactInput {
+            patient_id: input.patient_id.map(|p| p.0),
+            email: field(input.email),
+            phone: field(input.phone),
+            locale: field(input.locale),
+        };
+        let outcome = ctx.data::<ContactService>()?.set(caller(ctx)?, request).await.gql()?;
+        Ok(match outcome {
+            Ok(contact) => PatientContactPayload { contact: Some(contact.into()), user_errors: vec![] },
+            Err(refusals) => PatientContactPayload {
+                contact: None,
+                user_errors: refusals.into_iter().map(UserError::from).collect(),
+            },
+        })
+    }
+}

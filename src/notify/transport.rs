@@ -1,0 +1,174 @@
+//! Where messages go: a mail server over SMTP (lettre, tokio, rustls) and an SMS gateway over
+//! HTTP (the Twilio Messages form), or, when those are not configured, files in the data
+//! directory (`outbox-mail/<id>.eml`, `outbox-sms/<id>.txt`) for a developer to read.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use lettre::{
+    transport::smtp::{AsyncSmtpTransport, PoolConfig},
+    AsyncTransport, Tokio1Executor,
+};
+use percent_encoding::percent_decode_str;
+
+use crate::config::{SecretUrl, SmsGateway};
+
+/// Longest SMTP exchange of one message (connect, greeting, every command, the data).
+pub const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest SMS gateway request.
+pub const SMS_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why an attempt did not get the message through.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// Worth retrying: the server is down, slow, or answered with a temporary failure.
+    #[error("{0}")]
+    Transient(String),
+    /// Not worth retrying: the server refused this message for good (an SMTP 5xx answer).
+    #[error("{0}")]
+    Permanent(String),
+}
+
+/// Where emails go.
+#[derive(Clone)]
+pub enum EmailTransport {
+    /// A mail server.
+    Smtp {
+        /// lettre's pooled transport.
+        transport: AsyncSmtpTransport<Tokio1Executor>,
+        /// The URL without credentials, for logs.
+        shown: String,
+    },
+    /// Files in this directory.
+    Files(PathBuf),
+}
+
+impl EmailTransport {
+    /// The transport of `SMTP_URL`, or files under `data_dir` without one; `concurrency`
+    /// connections at most.
+    pub fn new(url: Option<&SecretUrl>, data_dir: &Path, concurrency: usize) -> Result<Self, String> {
+        match url {
+            Some(url) => {
+                let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url.expose().as_str())
+                    .map_err(|e| format!("SMTP_URL={}: {e}", url.redacted()))?
+                    .timeout(Some(SMTP_TIMEOUT))
+                    .pool_config(PoolConfig::new().max_size(u32::try_from(concurrency).unwrap_or(u32::MAX)))
+                    .build();
+                Ok(Self::Smtp { transport, shown: url.redacted() })
+            }
+            None => Ok(Self::Files(data_dir.join("outbox-mail"))),
+        }
+    }
+
+    /// Where emails go, for the start-up log.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Smtp { shown, .. } => format!("the mail server at {shown}"),
+            Self::Files(dir) => format!("files in {}", dir.display()),
+        }
+    }
+
+    /// Sends message `id`.
+    pub async fn send(&self, id: i64, message: &lettre::Message) -> Result<(), SendError> {
+        match self {
+            Self::Smtp { transport, .. } => match transport.send(message.clone()).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_permanent() => Err(SendError::Permanent(format!("the mail server refused it: {e}"))),
+                Err(e) => Err(SendError::Transient(format!("SMTP: {e}"))),
+            },
+            Self::Files(dir) => write_file(dir, &format!("{id}.eml"), &message.formatted()).await,
+        }
+    }
+}
+
+/// Where SMS go.
+#[derive(Clone)]
+pub enum SmsTransport {
+    /// An HTTP gateway.
+    Http {
+        /// The client (no redirects followed).
+        client: reqwest::Client,
+        /// The endpoint, without credentials.
+        url: url::Url,
+        /// Basic-auth user and password, from the URL's userinfo.
+        auth: Option<(String, Option<String>)>,
+        /// `SMS_FROM`.
+        from: String,
+    },
+    /// Files in `dir`.
+    Files {
+        /// The directory.
+        dir: PathBuf,
+        /// The sender named in each file.
+        from: String,
+    },
+}
+
+impl SmsTransport {
+    /// The gateway of `SMS_URL`, or files under `data_dir` without one.
+    pub fn new(gateway: Option<&SmsGateway>, sms_from: Option<&str>, data_dir: &Path) -> Result<Self, String> {
+        let Some(gateway) = gateway else {
+            let from = sms_from.unwrap_or("clinic-booking").to_owned();
+            return Ok(Self::Files { dir: data_dir.join("outbox-sms"), from });
+        };
+        let mut url = gateway.url.expose().clone();
+        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let auth = (!url.username().is_empty() || url.password().is_some())
+            .then(|| (decode(url.username()), url.password().map(decode)));
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        let client = reqwest::Client::builder()
+            .timeout(SMS_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("SMS_URL: cannot make an HTTP client: {e}"))?;
+        Ok(Self::Http { client, url, auth, from: gateway.from.clone() })
+    }
+
+    /// Where SMS go, for the start-up log.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Http { url, .. } => format!("the SMS gateway at {url}"),
+            Self::Files { dir, .. } => format!("files in {}", dir.display()),
+        }
+    }
+
+    /// Sends message `id`: `body` to `to`. Only a 2xx answer counts as sent.
+    pub async fn send(&self, id: i64, to: &str, body: &str) -> Result<(), SendError> {
+        match self {
+            Self::Http { client, url, auth, from } => {
+                let mut request = client.post(url.clone()).form(&[("To", to), ("From", from.as_str()), ("Body", body)]);
+                if let Some((user, password)) = auth {
+                    request = request.basic_auth(user, password.as_deref());
+                }
+                let response = request.send().await.map_err(|e| {
+                    let what = if e.is_timeout() { "timed out" } else { "failed" };
+                    SendError::Transient(format!("SMS gateway request {what}: {e}"))
+                })?;
+                let status = response.status();
+                if status.is_success() {
+                    return Ok(());
+                }
+                let text = response.text().await.unwrap_or_default();
+                let snippet: String = text.chars().take(200).collect();
+                Err(SendError::Transient(format!("SMS gateway answered {status}: {snippet}")))
+            }
+            Self::Files { dir, from } => {
+                let content = format!("To: {to}\nFrom: {from}\nMessage: {id}\n\n{body}\n");
+                write_file(dir, &format!("{id}.txt"), content.as_bytes()).await
+            }
+        }
+    }
+}
+
+/// Writes `name` in `dir` whole or not at all (a temporary file renamed), so a reader never
+/// sees half a message and a repeated attempt replaces the file instead of adding one.
+async fn write_file(dir: &Path, name: &str, content: &[u8]) -> Result<(), SendError> {
+    let io = |e: std::io::Error| SendError::Transient(format!("writing {}: {e}", dir.join(name).display()));
+    tokio::fs::create_dir_all(dir).await.map_err(io)?;
+    let tmp = dir.join(format!(".{name}.tmp"));
+    tokio::fs::write(&tmp, content).await.map_err(io)?;
+    tokio::fs::rename(&tmp, dir.join(name)).await.map_err(io)
+}
