@@ -14,8 +14,8 @@ use crate::{
     graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
-    webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
     notify::{NotifySettings, NotifyTasks},
+    webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
 /// Why an instance could not start: one line that names the setting, its value (without a

@@ -9,7 +9,7 @@ use std::{
 };
 
 use chrono::Utc;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sea_orm::DatabaseTransaction;
 use sha2::Sha256;
 use tokio::sync::Notify;

@@ -4,7 +4,7 @@
 //! the request when any of them verifies (how a secret rotation works).
 
 use base64::{engine::general_purpose::STANDARD, Engine};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 

@@ -253,10 +253,7 @@ fn verifier() -> Option<PathBuf> {
         }
     }
     let required = std::env::var("CLINIC_REQUIRE_EXTERNAL_TESTS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "the PyPI package standardwebhooks is missing (.ci/run installs it into target/py)"
-    );
+    assert!(!required, "the PyPI package standardwebhooks is missing (.ci/run installs it into target/py)");
     println!("skipped: no Python with the standardwebhooks package (see .ci/run)");
     None
 }
