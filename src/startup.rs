@@ -11,9 +11,15 @@ use crate::{
     config::Config,
     db::{Db, PoolSettings, StoreError},
     events::{Live, LiveSettings, LiveTasks},
+    fhir::{
+        feed::{Feed, FeedSettings},
+        map::MapSettings,
+        FhirState,
+    },
     graphql::{build_prevalidated_schema, build_schema, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
+    model::Observers,
 };
 
 /// Why an instance could not start.
@@ -69,7 +75,19 @@ impl Application {
         let db = Db::connect(&config.database, &settings).await?;
         db.migrate().await?;
         let redis = config.redis_url.as_deref().map(redis::Client::open).transpose()?;
-        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        let guard = Arc::new(Guard::new(&GuardSettings::from_config(&config), redis.clone()));
+        // The SMART Scheduling Links feed, kept fresh by the same committed changes.
+        let feed = Feed::new(
+            db.clone(),
+            FeedSettings {
+                refresh: config.fhir.feed_refresh,
+                resync: config.fhir.feed_resync,
+                map: MapSettings {
+                    booking_url: config.fhir.public_booking_url.clone(),
+                    location: config.fhir.location.clone(),
+                },
+            },
+        );
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -81,20 +99,33 @@ impl Application {
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
                 follow_ups: Vec::new(),
-                // Other instances' commits reach the rendered answers through the bus.
-                observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
+                // Other instances' commits reach the rendered answers and the feed through the bus.
+                observer: Some(Arc::new(Observers(vec![
+                    Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>,
+                    feed.observer(),
+                ]))),
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let service = BookingService::new(db, relay_wakeup).with_guard(Arc::new(guard));
+        let service = BookingService::new(db, relay_wakeup).with_guard(guard);
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let schema = build_schema(limits, Some(service.clone()));
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
+        let tokens = Arc::new(TokenIssuer::new(&secret)?);
+        let fhir = FhirState {
+            service: service.clone(),
+            tokens: Arc::clone(&tokens),
+            feed,
+            public_base_url: config.fhir.public_base_url.clone(),
+            fallback_origin: format!("http://{}", config.bind_addr),
+            feed_max_age: config.fhir.feed_max_age,
+            max_body_bytes: config.max_body_bytes,
+        };
         let state = AppState {
             prevalidated: build_prevalidated_schema(limits, Some(service.clone())),
             schema,
             service,
-            tokens: Arc::new(TokenIssuer::new(&secret)?),
+            tokens,
             limits: HttpLimits {
                 max_body_bytes: config.max_body_bytes,
                 max_batch: config.max_batch_operations,
@@ -103,6 +134,7 @@ impl Application {
             },
             redis,
             subscriptions,
+            fhir: Some(fhir),
         };
         let listener = TcpListener::bind(config.bind_addr).await?;
         let addr = listener.local_addr()?;

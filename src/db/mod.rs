@@ -9,6 +9,7 @@ pub mod appointments;
 pub mod book_pg;
 pub mod doctors;
 pub mod entity;
+pub mod fhir;
 mod hot;
 pub mod outbox;
 pub mod slots;

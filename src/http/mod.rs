@@ -40,6 +40,8 @@ pub struct AppState {
     pub redis: Option<redis::Client>,
     /// Runs GraphQL over WebSocket (subscriptions to live availability rendered once per event).
     pub subscriptions: crate::graphql::SubscriptionExecutor,
+    /// The FHIR surface (`/fhir`), taken out when the router is built.
+    pub fhir: Option<crate::fhir::FhirState>,
 }
 
 /// Limits of the HTTP layer.
@@ -60,13 +62,22 @@ pub struct HttpLimits {
 type Shared = State<Arc<AppState>>;
 
 /// The service's routes.
-pub fn router(state: AppState) -> Router {
-    Router::new()
+pub fn router(mut state: AppState) -> Router {
+    // FHIR under `/fhir`, with its own state. CORS: when the reusable CORS layer of `/graphql`
+    // lands here, apply it to this nested router too (`fhir.layer(cors(…))`), so partners'
+    // browsers can read `/fhir` as they read `/graphql`.
+    let fhir = state.fhir.take().map(crate::fhir::router);
+    let router = Router::new()
         .route("/graphql", post(graphql::post).get(graphql::get))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(metrics::render));
+    let router = match fhir {
+        Some(fhir) => router.nest("/fhir", fhir),
+        None => router,
+    };
+    router
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
             // Debug level: at info, the `graphql` span (operation, request id) is the request's.
