@@ -20,6 +20,9 @@ pub mod params;
 pub mod resources;
 pub mod search;
 
+#[cfg(test)]
+mod golden;
+
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use axum::{

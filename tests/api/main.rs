@@ -7,6 +7,7 @@
 mod booking;
 mod burst;
 mod direct;
+mod fhir;
 mod helpers;
 mod http;
 mod queries;
