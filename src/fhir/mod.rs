@@ -325,16 +325,30 @@ fn book_call<'a>(service: &'a BookingService, caller: &'a Caller, req: &'a BookR
     Box::pin(service.book(caller, req))
 }
 
-/// `$hold`'s call. `None` until `BookingService::hold` lands (issue 11); then:
-/// `Some(|s, c, r| Box::pin(s.hold(c, r)))`.
+/// `$hold`'s call. `None` until `BookingService::hold` lands (issue 11); then, beside
+/// [`book_call`]:
+///
+/// ```text
+/// fn hold_call<'a>(s: &'a BookingService, c: &'a Caller, r: &'a BookRequest) -> SeatFuture<'a, Booked> {
+///     Box::pin(s.hold(c, r))
+/// }
+/// const HOLD: Option<SeatCall> = Some(hold_call);
+/// ```
 const HOLD: Option<SeatCall> = None;
 
 /// `$book`'s call for the appointment form. `None` until `BookingService::confirm` lands
 /// (issue 11); then:
-/// `Some(|s, c, id| Box::pin(async move { Ok(s.confirm(c, id).await?.map(|x| (x.appointment, x.confirmed))) }))`.
+///
+/// ```text
+/// fn confirm_call<'a>(s: &'a BookingService, c: &'a Caller, id: &'a str) -> SeatFuture<'a, (appointment::Model, bool)> {
+///     Box::pin(async move { Ok(s.confirm(c, id).await?.map(|x| (x.appointment, x.confirmed))) })
+/// }
+/// const CONFIRM: Option<ConfirmCall> = Some(confirm_call);
+/// ```
 const CONFIRM: Option<ConfirmCall> = None;
 
-/// The request the service gets, as GraphQL builds it (one place for the fields to come).
+/// The request the service gets, as GraphQL builds it (one place for the fields to come: with
+/// issue 11, `duration_minutes: None`).
 fn book_request(slot_id: String, idempotency_key: String, patient_id: Option<String>) -> BookRequest {
     BookRequest { slot_id, idempotency_key, patient_id }
 }
