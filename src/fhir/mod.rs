@@ -482,19 +482,34 @@ struct ManifestOutput {
     #[serde(rename = "type")]
     type_: &'static str,
     url: String,
+    /// The states the file's data is about (SMART's hint for regional clients).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    extension: Option<ManifestExtension>,
+}
+
+#[derive(Serialize)]
+struct ManifestExtension {
+    state: Vec<String>,
 }
 
 fn render_manifest<'a>(
+    state: &FhirState,
     snapshot: &Snapshot,
     base: &str,
     request: String,
     files: impl Iterator<Item = &'a FeedFile>,
 ) -> Rendered {
+    // Every file is about the one clinic: its state, when its address is configured.
+    let region = state.feed.map_settings().location.address.as_ref().map(|a| a.state.clone());
     let manifest = Manifest {
         transaction_time: map::instant(snapshot.transaction_time, chrono_tz::UTC),
         request,
         output: files
-            .map(|f| ManifestOutput { type_: f.kind.as_str(), url: format!("{base}/$bulk-publish/{}", f.name) })
+            .map(|f| ManifestOutput {
+                type_: f.kind.as_str(),
+                url: format!("{base}/$bulk-publish/{}", f.name),
+                extension: region.clone().map(|s| ManifestExtension { state: vec![s] }),
+            })
             .collect(),
         error: Vec::new(),
     };
@@ -528,13 +543,13 @@ async fn manifest(
     let base = state.base(&headers);
     let rendered = match since {
         None => snapshot.manifest(&base, || {
-            render_manifest(&snapshot, &base, format!("{base}/$bulk-publish"), snapshot.files.iter())
+            render_manifest(&state, &snapshot, &base, format!("{base}/$bulk-publish"), snapshot.files.iter())
         }),
         Some((raw, since)) => {
             let request = format!("{base}/$bulk-publish?_since={}", raw.replace('+', "%2B"));
             let all = since < snapshot.horizon;
             let files = snapshot.files.iter().filter(|f| all || f.changed_at >= since - SINCE_MARGIN);
-            Arc::new(render_manifest(&snapshot, &base, request, files))
+            Arc::new(render_manifest(&state, &snapshot, &base, request, files))
         }
     };
     Ok(serve_rendered(&headers, &rendered, FHIR_JSON, state.feed_max_age))

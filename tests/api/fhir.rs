@@ -528,11 +528,24 @@ async fn since_lists_only_what_changed() {
 #[tokio::test]
 async fn absolute_urls_follow_public_base_url() {
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("PUBLIC_BASE_URL", "https://api.example.com/clinic")]).await;
+    let settings = [
+        ("PUBLIC_BASE_URL", "https://api.example.com/clinic"),
+        ("FHIR_LOCATION_ADDRESS", "173 Elm St;Pittsfield;MA;01201"),
+        ("FHIR_LOCATION_PHONE", "+1 413 555 0100"),
+    ];
+    let app = TestApp::spawn_on(&database, &settings).await;
     app.create_doctor("UTC").await;
     let m = feed_get(&app, &format!("{}/fhir/$bulk-publish", app.address), &[]).await.json();
     assert_eq!(m["request"], "https://api.example.com/clinic/fhir/$bulk-publish");
     assert!(m["output"][0]["url"].as_str().unwrap().starts_with("https://api.example.com/clinic/fhir/$bulk-publish/"));
+    assert_eq!(m["output"][0]["extension"]["state"], json!(["MA"]));
+    let l = get(&app, "/Location/clinic", None).await.json();
+    assert_eq!(
+        (l["address"]["city"].as_str(), l["telecom"][0]["value"].as_str()),
+        (Some("Pittsfield"), Some("+1 413 555 0100"))
+    );
+    let cs = get(&app, "/metadata", None).await.json();
+    assert_eq!(cs["implementation"]["url"], "https://api.example.com/clinic/fhir");
 }
 
 /// Where the validators live (installed by `tests/fhir/install-validators.sh`).

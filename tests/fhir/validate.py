@@ -43,6 +43,9 @@ def check_manifest(obj):
             raise ValueError(f"output type {item.get('type')!r}")
         if not item.get("url", "").startswith(("http://", "https://")):
             raise ValueError(f"output url {item.get('url')!r} is not absolute")
+        states = item.get("extension", {}).get("state", [])
+        if not isinstance(states, list) or not all(isinstance(s, str) for s in states):
+            raise ValueError(f"output extension.state {states!r} is not a list of strings")
 
 
 def main(directory):
