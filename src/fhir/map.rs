@@ -39,12 +39,32 @@ pub struct MapSettings {
 /// An instant as FHIR `instant`: milliseconds and the offset of `tz` at that moment (`Z` when
 /// it is zero), e.g. `2026-12-01T09:00:00.000+01:00`.
 pub fn instant(t: DateTime<Utc>, tz: Tz) -> String {
+    use chrono::{Datelike, Timelike};
+    use std::fmt::Write;
+    // By hand: chrono's `format` reads its pattern on every call, and the feed writes two of
+    // these per slot, millions of them.
     let local = t.with_timezone(&tz);
-    if chrono::Offset::fix(local.offset()).local_minus_utc() == 0 {
-        t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    let offset = chrono::Offset::fix(local.offset()).local_minus_utc();
+    let mut out = String::with_capacity(29);
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}",
+        local.year(),
+        local.month(),
+        local.day(),
+        local.hour(),
+        local.minute(),
+        local.second(),
+        local.nanosecond() / 1_000_000 % 1000
+    );
+    if offset == 0 {
+        out.push('Z');
     } else {
-        local.format("%Y-%m-%dT%H:%M:%S%.3f%:z").to_string()
+        let sign = if offset < 0 { '-' } else { '+' };
+        let abs = offset.unsigned_abs();
+        let _ = write!(out, "{sign}{:02}:{:02}", abs / 3600, abs / 60 % 60);
     }
+    out
 }
 
 /// The doctor's zone (UTC for a name the database should never hold).
@@ -271,6 +291,13 @@ mod tests {
         let summer = Utc.with_ymd_and_hms(2026, 7, 1, 8, 0, 0).unwrap();
         assert_eq!(instant(summer, chrono_tz::Europe::London), "2026-07-01T09:00:00.000+01:00");
         assert_eq!(instant(t, chrono_tz::Europe::London), "2026-12-01T08:00:00.000Z");
+        let odd = Utc.with_ymd_and_hms(2026, 12, 1, 8, 0, 7).unwrap() + chrono::Duration::milliseconds(45);
+        assert_eq!(instant(odd, chrono_tz::Asia::Kathmandu), "2026-12-01T13:45:07.045+05:45");
+        assert_eq!(instant(odd, chrono_tz::America::St_Johns), "2026-12-01T04:30:07.045-03:30");
+        for tz in [chrono_tz::UTC, chrono_tz::Europe::Paris, chrono_tz::America::New_York, chrono_tz::Asia::Kolkata] {
+            let by_chrono = odd.with_timezone(&tz).format("%Y-%m-%dT%H:%M:%S%.3f%:z").to_string();
+            assert_eq!(instant(odd, tz), by_chrono.replace("+00:00", "Z"), "{tz}");
+        }
     }
 
     #[test]
