@@ -458,6 +458,10 @@ impl FeedState {
             doctors_dirty: true,
         };
         state.render_doctors(&settings.map);
+        let l = &settings.map.location;
+        if l.phone.is_none() || l.address.is_none() {
+            tracing::warn!("FHIR_LOCATION_PHONE or FHIR_LOCATION_ADDRESS is unset: SMART aggregators expect both");
+        }
         tracing::info!(
             doctors = state.doctors.len(),
             slots,
