@@ -648,3 +648,43 @@ async fn every_resource_validates_as_fhir_r4() {
         assert!(out.status.success(), "{what} refused resources:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn feed_polls_read_no_database() {
+    // A feed refresh only every minute and no relay fallback poll, so nothing but the polls
+    // could run statements meanwhile.
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("FHIR_FEED_REFRESH_MS", "60000"), ("OUTBOX_POLL_MS", "600000")]).await;
+    doctor_with_slots(&app, "UTC", 4, 1).await;
+    let url = format!("{}/fhir/$bulk-publish", app.address);
+    let m = feed_get(&app, &url, &[]).await.json();
+    let files: Vec<String> =
+        m["output"].as_array().unwrap().iter().map(|o| o["url"].as_str().unwrap().to_owned()).collect();
+    let before = app.statements();
+    for _ in 0..20 {
+        assert_eq!(feed_get(&app, &url, &[("accept-encoding", "gzip")]).await.status, 200);
+        for f in &files {
+            let a = feed_get(&app, f, &[]).await;
+            assert_eq!(a.status, 200);
+            let again = feed_get(&app, f, &[("if-none-match", a.header("etag"))]).await;
+            assert_eq!(again.status, 304);
+        }
+    }
+    assert_eq!(app.statements() - before, 0, "feed requests ran statements");
+}
+
+#[tokio::test]
+async fn another_instances_bookings_reach_the_feed() {
+    if !crate::helpers::has_redis() {
+        println!("skipped: instances share changes through Redis, and this run has none");
+        return;
+    }
+    let database = TestDatabase::new().await;
+    let a = TestApp::spawn_on(&database, FAST_FEED).await;
+    let b = TestApp::spawn_on(&database, FAST_FEED).await;
+    let (d, slots) = doctor_with_slots(&a, "UTC", 2, 1).await;
+    slot_lines_until(&b, &d, |l| l.len() == 2).await;
+    a.book(&patient(77), &slots[0], "k", None).await;
+    let lines = slot_lines_until(&b, &d, |l| l.iter().any(|s| s["status"] == "busy")).await;
+    assert_eq!(lines[0]["id"], slots[0].as_str());
+}
