@@ -77,6 +77,7 @@ type Shared = State<Arc<FhirState>>;
 
 /// The routes under `/fhir`, with their state, ready to be nested.
 pub fn router<S: Clone + Send + Sync + 'static>(state: FhirState) -> Router<S> {
+    let state = Arc::new(state);
     Router::new()
         .route("/metadata", get(metadata))
         .route("/$bulk-publish", get(manifest))
@@ -93,7 +94,23 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: FhirState) -> Router<S> {
         .route("/Appointment/$hold", post(hold))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(Arc::new(state))
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), refuse_invalid_tokens))
+        .with_state(state)
+}
+
+/// A token that is presented but invalid is refused on every request, public ones included,
+/// as the contract says for GraphQL; no token at all is anonymous.
+async fn refuse_invalid_tokens(
+    State(state): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.headers().contains_key(header::AUTHORIZATION) {
+        if let Err(e) = state.principal(req.headers()) {
+            return e.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn unknown_route() -> FhirError {

@@ -386,6 +386,12 @@ async fn unknown_routes_and_methods_answer_outcomes() {
     assert!(a.header("allow").contains("GET"), "{:?}", a.headers);
     let a = get(&app, "/Appointment/$book", None).await;
     assert_eq!(a.status, 405);
+    // A token that is presented but invalid is refused everywhere, public reads included.
+    for path in ["/metadata", "/$bulk-publish", "/Location/clinic"] {
+        let a = get(&app, path, Some("not-a-token")).await;
+        assert_eq!((a.status, a.code().as_str()), (401, "UNAUTHENTICATED"), "{path}");
+    }
+    assert_eq!(get(&app, "/Location/clinic", Some(&patient(77))).await.status, 200);
 }
 
 #[tokio::test]
