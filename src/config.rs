@@ -366,6 +366,164 @@ pub struct Config {
     pub webhook_poll_interval: Duration,
     /// Webhook attempts one instance makes at once (`WEBHOOK_CONCURRENCY`, default 8).
     pub webhook_concurrency: usize,
+    /// The FHIR surface and the SMART Scheduling Links feed.
+    pub fhir: FhirSettings,
+}
+
+/// Settings of the FHIR surface (`/fhir`) and its SMART Scheduling Links feed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FhirSettings {
+    /// Public origin (and path prefix) the service is reached at, e.g. `https://api.example.com`
+    /// (`PUBLIC_BASE_URL`, no trailing slash); absolute URLs are `{this}/fhir/…`. `None`: taken
+    /// from each request's `Host` header, else `http://BIND_ADDR`.
+    pub public_base_url: Option<String>,
+    /// The booking page slots link to (`PUBLIC_BOOKING_URL`): `{slot}` in it is replaced by the
+    /// slot id, otherwise `slot={id}` is added to its query. `None`: no `booking-deep-link`.
+    pub public_booking_url: Option<String>,
+    /// `Cache-Control: max-age` of the feed, the polling interval it suggests
+    /// (`FHIR_FEED_MAX_AGE_SECS`, default 10).
+    pub feed_max_age: Duration,
+    /// How often the feed applies committed changes and looks for new doctors and slots
+    /// (`FHIR_FEED_REFRESH_MS`, default 1000).
+    pub feed_refresh: Duration,
+    /// How often the feed is rebuilt from the database as a whole, the safety net for rows the
+    /// incremental refresh cannot see (`FHIR_FEED_RESYNC_SECS`, default 3600; 0 = never).
+    pub feed_resync: Option<Duration>,
+    /// The clinic's `Location`.
+    pub location: LocationSettings,
+}
+
+/// The clinic as one FHIR `Location` (the data model has no locations).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocationSettings {
+    /// Its name (`FHIR_LOCATION_NAME`, default `Clinic`).
+    pub name: String,
+    /// Its phone number (`FHIR_LOCATION_PHONE`); SMART aggregators expect one.
+    pub phone: Option<String>,
+    /// Its postal address (`FHIR_LOCATION_ADDRESS`, `line;city;state;postalCode`, several lines
+    /// separated by `|`); SMART aggregators expect one.
+    pub address: Option<PostalAddress>,
+}
+
+/// A postal address, as SMART Scheduling Links wants it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostalAddress {
+    /// Street lines.
+    pub lines: Vec<String>,
+    /// City.
+    pub city: String,
+    /// State or region.
+    pub state: String,
+    /// Postal code.
+    pub postal_code: String,
+}
+
+impl FhirSettings {
+    fn from_get(get: &impl Fn(&'static str) -> Option<String>) -> Result<Self, ConfigError> {
+        let public_base_url = get("PUBLIC_BASE_URL")
+            .map(|raw| {
+                let trimmed = raw.trim().trim_end_matches('/').to_owned();
+                check_http_url(&trimmed, false).map(|()| trimmed).map_err(|reason| ConfigError {
+                    var: "PUBLIC_BASE_URL",
+                    value: raw,
+                    reason,
+                })
+            })
+            .transpose()?;
+        let public_booking_url = get("PUBLIC_BOOKING_URL")
+            .map(|raw| {
+                let trimmed = raw.trim().to_owned();
+                check_http_url(&trimmed, true).map(|()| trimmed).map_err(|reason| ConfigError {
+                    var: "PUBLIC_BOOKING_URL",
+                    value: raw,
+                    reason,
+                })
+            })
+            .transpose()?;
+        let feed_max_age = Duration::from_secs(parse(get, "FHIR_FEED_MAX_AGE_SECS", Some(10), "a number of seconds")?);
+        let feed_refresh = Duration::from_millis(at_least(
+            parse(get, "FHIR_FEED_REFRESH_MS", Some(1000), "a number of milliseconds")?,
+            50,
+            "FHIR_FEED_REFRESH_MS",
+        )?);
+        let resync: u64 = parse(get, "FHIR_FEED_RESYNC_SECS", Some(3600), "a number of seconds (0 = never)")?;
+        let feed_resync = (resync > 0).then(|| Duration::from_secs(resync));
+        let name = get("FHIR_LOCATION_NAME").map_or_else(|| "Clinic".to_owned(), |n| n.trim().to_owned());
+        if name.chars().count() > 200 {
+            return Err(ConfigError {
+                var: "FHIR_LOCATION_NAME",
+                value: name,
+                reason: "at most 200 characters".into(),
+            });
+        }
+        let phone = get("FHIR_LOCATION_PHONE").map(|p| p.trim().to_owned());
+        if let Some(p) = &phone {
+            if p.chars().count() > 40 || !p.chars().all(|c| c.is_ascii_digit() || " +-().".contains(c)) {
+                return Err(ConfigError {
+                    var: "FHIR_LOCATION_PHONE",
+                    value: p.clone(),
+                    reason: "expected a phone number (digits, spaces and + - ( ) .)".into(),
+                });
+            }
+        }
+        let address = get("FHIR_LOCATION_ADDRESS")
+            .map(|raw| {
+                PostalAddress::parse(&raw).ok_or_else(|| ConfigError {
+                    var: "FHIR_LOCATION_ADDRESS",
+                    value: raw.clone(),
+                    reason: "expected line;city;state;postalCode with no part empty (lines separated by |)".into(),
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            public_base_url,
+            public_booking_url,
+            feed_max_age,
+            feed_refresh,
+            feed_resync,
+            location: LocationSettings { name, phone, address },
+        })
+    }
+}
+
+impl PostalAddress {
+    /// Parses `line;city;state;postalCode` (lines separated by `|`).
+    fn parse(raw: &str) -> Option<Self> {
+        let parts: Vec<&str> = raw.split(';').map(str::trim).collect();
+        let [lines, city, state, postal_code] = parts.as_slice() else {
+            return None;
+        };
+        let lines: Vec<String> = lines.split('|').map(|l| l.trim().to_owned()).collect();
+        if lines.iter().any(String::is_empty) || [city, state, postal_code].iter().any(|p| p.is_empty()) {
+            return None;
+        }
+        Some(Self {
+            lines,
+            city: (*city).to_owned(),
+            state: (*state).to_owned(),
+            postal_code: (*postal_code).to_owned(),
+        })
+    }
+}
+
+/// Checks an absolute `http(s)://host[:port][/path]` URL; a query only when `query_ok`, never a
+/// fragment, no spaces or control characters.
+fn check_http_url(url: &str, query_ok: bool) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| "expected an absolute http:// or https:// URL".to_owned())?;
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b)) {
+        return Err("expected a host name (and port) after the scheme".into());
+    }
+    if url.bytes().any(|b| b.is_ascii_control() || b == b' ' || b == b'#') {
+        return Err("no spaces, control characters or fragment (#) allowed".into());
+    }
+    if !query_ok && url.contains('?') {
+        return Err("no query (?) allowed".into());
+    }
+    Ok(())
 }
 
 /// The default of `WEBHOOK_RETRY_SCHEDULE`: the Standard Webhooks schedule.
@@ -639,6 +797,7 @@ impl Config {
                 1,
                 "WEBHOOK_CONCURRENCY",
             )?,
+            fhir: FhirSettings::from_get(&get)?,
         })
     }
 
@@ -933,6 +1092,44 @@ mod tests {
             let err = config(&vars).unwrap_err();
             assert_eq!(err.var, var, "{vars:?}");
             assert!(!err.to_string().contains(":p@"), "the password is hidden: {err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn fhir_settings() -> Result<(), ConfigError> {
+        let c = config(&[])?.fhir;
+        assert_eq!(c.public_base_url, None);
+        assert_eq!(c.feed_max_age, Duration::from_secs(10));
+        assert_eq!(c.feed_refresh, Duration::from_millis(1000));
+        assert_eq!(c.feed_resync, Some(Duration::from_secs(3600)));
+        assert_eq!(c.location.name, "Clinic");
+        let c = config(&[
+            ("PUBLIC_BASE_URL", "https://api.example.com/base/"),
+            ("PUBLIC_BOOKING_URL", "https://book.example.com/slots?src=fhir"),
+            ("FHIR_FEED_RESYNC_SECS", "0"),
+            ("FHIR_LOCATION_ADDRESS", "1 Main St|Floor 2; Springfield ;IL;62701"),
+            ("FHIR_LOCATION_PHONE", "+1 217 555 0100"),
+        ])?
+        .fhir;
+        assert_eq!(c.public_base_url.as_deref(), Some("https://api.example.com/base"));
+        assert_eq!(c.feed_resync, None);
+        let address = c.location.address.expect("address");
+        assert_eq!(address.lines, ["1 Main St", "Floor 2"]);
+        assert_eq!((address.city.as_str(), address.postal_code.as_str()), ("Springfield", "62701"));
+        for (var, bad) in [
+            ("PUBLIC_BASE_URL", "api.example.com"),
+            ("PUBLIC_BASE_URL", "https://api.example.com/?x=1"),
+            ("PUBLIC_BASE_URL", "ftp://api.example.com"),
+            ("PUBLIC_BOOKING_URL", "https:///nohost"),
+            ("PUBLIC_BOOKING_URL", "https://book.example.com/#slot"),
+            ("FHIR_FEED_REFRESH_MS", "10"),
+            ("FHIR_FEED_MAX_AGE_SECS", "-1"),
+            ("FHIR_LOCATION_ADDRESS", "1 Main St;Springfield;IL"),
+            ("FHIR_LOCATION_ADDRESS", "1 Main St;;IL;62701"),
+            ("FHIR_LOCATION_PHONE", "call us"),
+        ] {
+            assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }
         Ok(())
     }

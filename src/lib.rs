@@ -9,6 +9,8 @@
 //! - [`config`] — every environment setting, parsed and validated at start-up.
 //! - [`startup`] — [`startup::Application::build`] wires the layers and binds the port.
 //! - [`http`] — the router; GraphQL over HTTP and WebSocket, health, readiness, metrics.
+//! - [`fhir`] — FHIR R4 beside GraphQL: reads, the slot search, `$hold`/`$book`, and the SMART
+//!   Scheduling Links feed (kept rendered, refreshed by committed changes).
 //! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders,
 //!   and the direct path that answers plain booking documents without the executor.
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
@@ -37,6 +39,7 @@ pub mod booking;
 pub mod config;
 pub mod db;
 pub mod events;
+pub mod fhir;
 pub mod graphql;
 pub mod guard;
 pub mod http;

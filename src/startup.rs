@@ -11,9 +11,15 @@ use crate::{
     config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
     events::{FollowUp, Live, LiveSettings, LiveTasks},
+    fhir::{
+        feed::{Feed, FeedSettings},
+        map::MapSettings,
+        FhirState,
+    },
     graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, router, AppState, HttpLimits},
+    model::Observers,
     notify::{NotifySettings, NotifyTasks},
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
@@ -193,7 +199,19 @@ impl Application {
             ),
             None => None,
         };
-        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone());
+        let guard = Arc::new(Guard::new(&GuardSettings::from_config(&config), redis.clone()));
+        // The SMART Scheduling Links feed, kept fresh by the same committed changes.
+        let feed = Feed::new(
+            db.clone(),
+            FeedSettings {
+                refresh: config.fhir.feed_refresh,
+                resync: config.fhir.feed_resync,
+                map: MapSettings {
+                    booking_url: config.fhir.public_booking_url.clone(),
+                    location: config.fhir.location.clone(),
+                },
+            },
+        );
         // Partner webhooks: the relay records deliveries and rings the worker after its commit.
         let webhook_bell = Arc::new(Notify::new());
         let policy = Arc::new(UrlPolicy::new(config.webhook_allow_cidrs.clone()));
@@ -228,13 +246,16 @@ impl Application {
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
                 follow_ups: vec![messages as Arc<dyn FollowUp>, Arc::new(recorder) as Arc<dyn FollowUp>],
-                // Other instances' commits reach the rendered answers through the bus.
-                observer: Some(Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>),
+                // Other instances' commits reach the rendered answers and the feed through the bus.
+                observer: Some(Arc::new(Observers(vec![
+                    Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>,
+                    feed.observer(),
+                ]))),
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
         let service = BookingService::new(db, relay_wakeup)
-            .with_guard(Arc::new(guard))
+            .with_guard(guard)
             .with_hold_ttl(config.hold_ttl)
             .with_offer_ttl(config.waitlist_offer_ttl);
         let (stop, stopping) = tokio::sync::watch::channel(false);
@@ -243,11 +264,21 @@ impl Application {
         let more = MoreServices { webhooks: Some(webhook_service) };
         let schema = build_schema_with(limits, Some(service.clone()), more.clone());
         let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
+        let tokens = Arc::new(TokenIssuer::new(&secret)?);
+        let fhir = FhirState {
+            service: service.clone(),
+            tokens: Arc::clone(&tokens),
+            feed,
+            public_base_url: config.fhir.public_base_url.clone(),
+            fallback_origin: format!("http://{}", config.bind_addr),
+            feed_max_age: config.fhir.feed_max_age,
+            max_body_bytes: config.max_body_bytes,
+        };
         let state = AppState {
             prevalidated: build_prevalidated_schema(limits, Some(service.clone()), more),
             schema,
             service,
-            tokens: Arc::new(TokenIssuer::new(&secret)?),
+            tokens,
             limits: HttpLimits {
                 max_body_bytes: config.max_body_bytes,
                 max_batch: config.max_batch_operations,
@@ -257,6 +288,7 @@ impl Application {
             redis,
             subscriptions,
             origins: config.cors_allowed_origins.clone(),
+            fhir: Some(fhir),
         };
         let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
         let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;

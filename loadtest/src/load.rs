@@ -286,6 +286,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let start = Instant::now() + Duration::from_millis(50);
     let ctx = make_ctx(hot.clone(), start, nonce);
     let duration = Duration::from_secs(args.duration);
+    let poller = args.poll_feed.map(|every| {
+        let (client, base) = (client.clone(), args.url.clone());
+        tokio::spawn(crate::feed::poll(client, base, Duration::from_secs_f64(every.max(0.05)), start + duration))
+    });
     let model = if let Some(connections) = args.connections {
         let deadline = start + duration;
         let mut workers = Vec::new();
@@ -331,6 +335,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }
     };
 
+    if let Some(poller) = poller {
+        println!("{}", poller.await?.line());
+    }
     println!(
         "scenario={:?} model=({model}) duration={}s warm-up={}s hot_set={}",
         args.scenario,

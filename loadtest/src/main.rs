@@ -11,6 +11,7 @@
 //!   slot's `booked_count` equals its BOOKED appointments and never exceeds its capacity.
 
 mod check;
+mod feed;
 mod load;
 mod seed;
 
@@ -98,6 +99,10 @@ pub(crate) struct RunArgs {
     /// Print p99 and max latency for each second of the run.
     #[arg(long)]
     pub(crate) timeline: bool,
+    /// One SMART Scheduling Links aggregator polling the full FHIR feed every this many seconds
+    /// during the measured load (the manifest, then the files that changed).
+    #[arg(long)]
+    pub(crate) poll_feed: Option<f64>,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 2)]
     pub(crate) threads: usize,

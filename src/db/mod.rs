@@ -14,6 +14,7 @@ pub mod book_pg;
 pub mod contacts;
 pub mod doctors;
 pub mod entity;
+pub mod fhir;
 mod hot;
 pub mod messages;
 pub mod outbox;

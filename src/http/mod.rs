@@ -45,6 +45,8 @@ pub struct AppState {
     pub subscriptions: crate::graphql::SubscriptionExecutor,
     /// Origins whose pages may call the API (CORS) and open WebSockets.
     pub origins: crate::config::AllowedOrigins,
+    /// The FHIR surface (`/fhir`), taken out when the router is built.
+    pub fhir: Option<crate::fhir::FhirState>,
 }
 
 /// Limits of the HTTP layer.
@@ -65,16 +67,23 @@ pub struct HttpLimits {
 type Shared = State<Arc<AppState>>;
 
 /// The service's routes.
-pub fn router(state: AppState) -> Router {
-    // The CORS policy of every route browsers may call from other sites (see `cors::Cors`).
+pub fn router(mut state: AppState) -> Router {
+    // The CORS policy of every route browsers may call from other sites (see `cors::Cors`):
+    // `/graphql`, and FHIR under `/fhir` with its own state.
     let cors = cors::Cors::new(state.origins.clone());
-    Router::new()
+    let fhir = state.fhir.take().map(|fhir| crate::fhir::router(fhir).layer(cors.clone()));
+    let router = Router::new()
         .route("/graphql", post(graphql::post).get(graphql::get).layer(cors))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/graphql/assets/{file}", get(graphiql::asset))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(metrics::render));
+    let router = match fhir {
+        Some(fhir) => router.nest("/fhir", fhir),
+        None => router,
+    };
+    router
         .layer(connection::UnreadBodies)
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {

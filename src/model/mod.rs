@@ -64,3 +64,20 @@ pub trait ChangeObserver: Send + Sync + 'static {
     /// Changes may have been missed (Redis came back after an outage).
     fn may_have_missed_changes(&self);
 }
+
+/// Several observers as one: each change goes to every one of them, in order.
+pub struct Observers(pub Vec<std::sync::Arc<dyn ChangeObserver>>);
+
+impl ChangeObserver for Observers {
+    fn changed(&self, change: &SlotChange) {
+        for o in &self.0 {
+            o.changed(change);
+        }
+    }
+
+    fn may_have_missed_changes(&self) {
+        for o in &self.0 {
+            o.may_have_missed_changes();
+        }
+    }
+}

@@ -9,6 +9,7 @@ mod booking;
 mod browser;
 mod burst;
 mod direct;
+mod fhir;
 mod helpers;
 mod http;
 mod lifecycle;
