@@ -1,12 +1,13 @@
-//! The invariant, checked in the database after a run: every slot's `booked_count` equals its
-//! BOOKED appointments and never exceeds its capacity (all slots), plus the figures of the
+//! The invariant, checked in the database after a run: every slot's `booked_count` equals the
+//! seats its active (HELD or BOOKED) appointments take in it (their first slot, and each further
+//! slot of a longer one) and never exceeds its capacity (all slots), plus the figures of the
 //! run's hot set.
 
 use anyhow::Context;
 
 /// What the check found.
 pub(crate) struct Checked {
-    /// Slots whose count differs from their BOOKED appointments.
+    /// Slots whose count differs from the seats their active appointments take.
     pub(crate) mismatch: i64,
     /// Slots over capacity.
     pub(crate) over_capacity: i64,
@@ -14,7 +15,7 @@ pub(crate) struct Checked {
     pub(crate) slots: i64,
     /// Sum of `booked_count` over the hot set.
     pub(crate) hot_booked_count: i64,
-    /// BOOKED appointments in the hot set.
+    /// Active appointments in the hot set (by first slot).
     pub(crate) hot_booked: i64,
     /// Hot-set slots holding exactly `capacity` bookings.
     pub(crate) hot_full: i64,
@@ -26,8 +27,13 @@ pub(crate) async fn check(database_url: &str, hot: &[i64]) -> anyhow::Result<Che
     let (mismatch, over_capacity, slots): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE s.booked_count <> coalesce(a.n, 0)), \
                 count(*) FILTER (WHERE s.booked_count > s.capacity), count(*) \
-         FROM time_slot s LEFT JOIN (SELECT slot_id, count(*) AS n FROM appointment \
-                                     WHERE status = 'BOOKED' GROUP BY slot_id) a ON a.slot_id = s.id",
+         FROM time_slot s LEFT JOIN ( \
+             SELECT slot_id, count(*) AS n FROM ( \
+                 SELECT slot_id FROM appointment WHERE status IN ('HELD', 'BOOKED') \
+                 UNION ALL \
+                 SELECT x.slot_id FROM appointment_slot x JOIN appointment a ON a.id = x.appointment_id \
+                 WHERE a.status IN ('HELD', 'BOOKED')) seats \
+             GROUP BY slot_id) a ON a.slot_id = s.id",
     )
     .fetch_one(&pool)
     .await
@@ -41,7 +47,7 @@ pub(crate) async fn check(database_url: &str, hot: &[i64]) -> anyhow::Result<Che
     .await
     .context("checking the hot set")?;
     let hot_booked: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM appointment WHERE status = 'BOOKED' AND slot_id = ANY($1)")
+        sqlx::query_scalar("SELECT count(*) FROM appointment WHERE status IN ('HELD', 'BOOKED') AND slot_id = ANY($1)")
             .bind(hot)
             .fetch_one(&pool)
             .await
