@@ -347,6 +347,9 @@ pub struct Config {
     pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
+    /// Worker threads of the booking lane, the runtime the operations that move seats run on so
+    /// they never queue behind reads (`BOOKING_LANE_THREADS`, default 2; 0: on the main runtime).
+    pub booking_lane_threads: usize,
     /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
     pub waitlist_offer_ttl: Duration,
     /// Origins whose pages may call the API and open WebSockets (`CORS_ALLOWED_ORIGINS`; default
@@ -774,6 +777,11 @@ impl Config {
                 1,
                 "HOLD_TTL_SECS",
             )?),
+            booking_lane_threads: at_most(
+                parse(&get, "BOOKING_LANE_THREADS", Some(2), "a number of threads (0: none of its own)")?,
+                64,
+                "BOOKING_LANE_THREADS",
+            )?,
             waitlist_offer_ttl: Duration::from_secs(at_least(
                 parse(&get, "WAITLIST_OFFER_SECS", Some(900), "a number of seconds")?,
                 1,
@@ -973,6 +981,13 @@ pub fn parse_cidrs(raw: &str) -> Result<Vec<ipnet::IpNet>, String> {
                 .map_err(|_| format!("{item:?} is not a CIDR like 127.0.0.0/8 or fd00::/8"))
         })
         .collect()
+}
+
+fn at_most<T: PartialOrd + std::fmt::Display>(value: T, max: T, var: &'static str) -> Result<T, ConfigError> {
+    if value > max {
+        return Err(ConfigError { var, value: value.to_string(), reason: format!("must be at most {max}") });
+    }
+    Ok(value)
 }
 
 fn at_least<T: PartialOrd + std::fmt::Display>(value: T, min: T, var: &'static str) -> Result<T, ConfigError> {

@@ -63,6 +63,14 @@ pub enum StartupError {
     /// `JWT_SECRET` is not usable for signing.
     #[error("cannot sign with JWT_SECRET: {0}")]
     Tokens(#[from] crate::auth::TokenError),
+    /// The booking lane's threads could not be started.
+    #[error("cannot start the booking lane (BOOKING_LANE_THREADS={threads}): {reason}")]
+    Lane {
+        /// Its threads.
+        threads: usize,
+        /// The cause.
+        reason: String,
+    },
     /// The webhook sender could not be set up.
     #[error("webhooks: {0}")]
     Webhooks(String),
@@ -199,7 +207,11 @@ impl Application {
             ),
             None => None,
         };
-        let guard = Arc::new(Guard::new(&GuardSettings::from_config(&config), redis.clone()));
+        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone())
+            .map_err(|e| StartupError::Lane { threads: config.booking_lane_threads, reason: e.to_string() })?;
+        let guard = Arc::new(guard);
+        // The queueing of the main runtime, beside the booking lane's (`lane_wait_seconds`).
+        crate::guard::lane::probe("main", tokio::runtime::Handle::current());
         // The SMART Scheduling Links feed, kept fresh by the same committed changes.
         let feed = Feed::new(
             db.clone(),

@@ -115,13 +115,15 @@ impl BookingService {
     /// Books a seat (a run of seats, with a duration) for a patient.
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
     pub async fn book(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
-        self.take(Operation::Book, caller, req).await
+        let (caller, req) = (caller.clone(), req.clone());
+        self.on_lane(move |s| async move { s.take(Operation::Book, &caller, &req).await }).await
     }
 
     /// Holds a seat (a run of seats) for a patient until now + the hold TTL.
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), slot = %req.slot_id))]
     pub async fn hold(&self, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {
-        self.take(Operation::Hold, caller, req).await
+        let (caller, req) = (caller.clone(), req.clone());
+        self.on_lane(move |s| async move { s.take(Operation::Hold, &caller, &req).await }).await
     }
 
     async fn take(&self, op: Operation, caller: &Caller, req: &BookRequest) -> Outcome<Booked> {

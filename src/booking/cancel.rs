@@ -26,9 +26,14 @@ pub struct Cancelled {
 }
 
 impl BookingService {
-    /// Cancels an appointment the caller may cancel.
+    /// Cancels an appointment the caller may cancel (on the booking lane).
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %raw_id))]
     pub async fn cancel(&self, caller: &Caller, raw_id: &str) -> Outcome<Cancelled> {
+        let (caller, raw_id) = (caller.clone(), raw_id.to_owned());
+        self.on_lane(move |s| async move { s.cancel_here(&caller, &raw_id).await }).await
+    }
+
+    async fn cancel_here(&self, caller: &Caller, raw_id: &str) -> Outcome<Cancelled> {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));
         }

@@ -21,9 +21,14 @@ pub struct Confirmed {
 }
 
 impl BookingService {
-    /// Confirms a hold the caller may cancel.
+    /// Confirms a hold the caller may cancel (on the booking lane).
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %raw_id))]
     pub async fn confirm(&self, caller: &Caller, raw_id: &str) -> Outcome<Confirmed> {
+        let (caller, raw_id) = (caller.clone(), raw_id.to_owned());
+        self.on_lane(move |s| async move { s.confirm_here(&caller, &raw_id).await }).await
+    }
+
+    async fn confirm_here(&self, caller: &Caller, raw_id: &str) -> Outcome<Confirmed> {
         if caller.role == crate::auth::Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot confirm appointments".into()));
         }

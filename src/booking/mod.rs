@@ -114,6 +114,20 @@ impl BookingService {
         &self.guard
     }
 
+    /// Runs a seat operation on the booking lane (see `guard::lane`): the future `work` makes of
+    /// a clone of the service.
+    async fn on_lane<T, F, Fut>(&self, work: F) -> Outcome<T>
+    where
+        F: FnOnce(BookingService) -> Fut,
+        Fut: Future<Output = Outcome<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.guard.lane.run(work(self.clone())).await {
+            Ok(outcome) => outcome,
+            Err(gone) => Err(StoreError::Inconsistent(gone.to_string()).into()),
+        }
+    }
+
     /// Waits for the booking bulkhead (`OVERLOADED` when it stays full for the queue timeout).
     async fn enter_bulkhead(&self) -> Result<crate::guard::Entered, ServiceError> {
         self.guard.bulkhead.enter().await.map_err(|_| ServiceError::Overloaded)

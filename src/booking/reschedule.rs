@@ -60,9 +60,15 @@ enum Unmoved {
 }
 
 impl BookingService {
-    /// Moves an appointment the caller may cancel to the run of slots starting at a new slot.
+    /// Moves an appointment the caller may cancel to the run of slots starting at a new slot (on
+    /// the booking lane).
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %req.appointment_id))]
     pub async fn reschedule(&self, caller: &Caller, req: &RescheduleRequest) -> Outcome<Rescheduled> {
+        let (caller, req) = (caller.clone(), req.clone());
+        self.on_lane(move |s| async move { s.reschedule_here(&caller, &req).await }).await
+    }
+
+    async fn reschedule_here(&self, caller: &Caller, req: &RescheduleRequest) -> Outcome<Rescheduled> {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot reschedule appointments".into()));
         }

@@ -13,6 +13,7 @@ pub mod bulkhead;
 pub mod cache;
 pub mod flights;
 pub mod known_full;
+pub mod lane;
 pub mod rate_limit;
 mod redis_link;
 
@@ -47,6 +48,8 @@ pub struct GuardSettings {
     pub queue_timeout: Duration,
     /// Longest wait for one Redis operation.
     pub redis_timeout: Duration,
+    /// Worker threads of the booking lane (0: bookings run on the main runtime).
+    pub booking_lane_threads: usize,
     /// Prefix of every Redis key.
     pub redis_prefix: String,
 }
@@ -62,6 +65,7 @@ impl GuardSettings {
             booking_concurrency: config.booking_concurrency,
             queue_timeout: config.booking_queue_timeout,
             redis_timeout: config.redis_timeout,
+            booking_lane_threads: config.booking_lane_threads,
             redis_prefix: config.redis_prefix.clone(),
         }
     }
@@ -82,6 +86,8 @@ pub struct Guard {
     pub known_full: KnownFull,
     /// Concurrency of booking attempts on the database.
     pub bulkhead: Bulkhead,
+    /// Where the operations that move seats run (see [`lane`]).
+    pub lane: lane::Lane,
 }
 
 impl Guard {
@@ -94,17 +100,20 @@ impl Guard {
             limiter: RateLimiter::off(),
             known_full: KnownFull::off(),
             bulkhead: Bulkhead::new(u32::MAX, Duration::from_secs(3600)),
+            lane: lane::Lane::inline("booking"),
         }
     }
 
     /// The guards of `settings`: in Redis through `redis` when given (connected in the
-    /// background, so an instance starts while Redis is down), in process otherwise.
-    /// Must run inside the Tokio runtime.
-    pub fn new(settings: &GuardSettings, redis: Option<redis::Client>) -> Self {
+    /// background, on the booking lane, so an instance starts while Redis is down), in process
+    /// otherwise. Must run inside the Tokio runtime; fails only when the lane's threads cannot
+    /// be started.
+    pub fn new(settings: &GuardSettings, redis: Option<redis::Client>) -> std::io::Result<Self> {
+        let lane = lane::Lane::dedicated("booking", settings.booking_lane_threads)?;
         let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
         let timezones = TimezoneCache::default();
         let answers = Arc::new(AnswerCache::new(settings.slot_cache_ttl));
-        match redis {
+        Ok(match redis {
             None => Self {
                 slots: SlotCache::local(settings.slot_cache_ttl),
                 answers,
@@ -112,9 +121,10 @@ impl Guard {
                 limiter: RateLimiter::local(settings.rate_limit, settings.rate_window),
                 known_full: KnownFull::local(settings.known_full_ttl),
                 bulkhead,
+                lane,
             },
             Some(client) => {
-                let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout);
+                let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout, &lane);
                 Self {
                     slots: SlotCache::redis(link.clone(), settings.slot_cache_ttl),
                     answers,
@@ -122,8 +132,9 @@ impl Guard {
                     limiter: RateLimiter::redis(link.clone(), settings.rate_limit, settings.rate_window),
                     known_full: KnownFull::redis(link, settings.known_full_ttl),
                     bulkhead,
+                    lane,
                 }
             }
-        }
+        })
     }
 }

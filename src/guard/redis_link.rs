@@ -61,8 +61,9 @@ struct Inner {
 }
 
 impl RedisLink {
-    /// Starts connecting to `client` in the background and returns at once.
-    pub(crate) fn start(client: redis::Client, prefix: &str, timeout: Duration) -> Self {
+    /// Starts connecting to `client` in the background and returns at once. The connection's
+    /// own tasks run on `lane` (the booking lane: bookings wait on them).
+    pub(crate) fn start(client: redis::Client, prefix: &str, timeout: Duration, lane: &super::lane::Lane) -> Self {
         let link = Self {
             inner: Arc::new(Inner {
                 conn: OnceLock::new(),
@@ -73,7 +74,7 @@ impl RedisLink {
             }),
         };
         let background = link.clone();
-        tokio::spawn(async move { background.connect(client).await });
+        lane.spawn(async move { background.connect(client).await });
         link
     }
 

@@ -3,7 +3,8 @@
 //! What is there, by name: `graphql_requests_total{operation,outcome}` and
 //! `graphql_request_seconds{operation}` (per request); `booking_attempts_total{operation=book|hold,
 //! outcome}` (BOOKED, HELD, REPLAYED, each userError code, RATE_LIMITED, OVERLOADED, …);
-//! `holds_expired_total`; `db_transaction_retries_total` (deadlocks broken by the database and
+//! `holds_expired_total`; `lane_wait_seconds{lane=main|booking}` (how late a task that asked to
+//! run at an instant ran: the queueing of each runtime, see `guard::lane`); `db_transaction_retries_total` (deadlocks broken by the database and
 //! retried inside); `db_statement_seconds`,
 //! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
 //! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
