@@ -2,6 +2,7 @@
 
 pub mod answers;
 pub mod context;
+mod cursor;
 pub mod direct;
 pub mod error;
 pub mod loaders;

@@ -7,11 +7,12 @@ use async_graphql::{
 
 use super::{
     context::{caller, principal, record_stamp},
+    cursor,
     error::{to_graphql, IntoGraphql},
     scalars::Date,
     types::{Appointment, Doctor, Slot},
 };
-use crate::booking::{BookingService, ServiceError};
+use crate::booking::BookingService;
 
 /// Reads of doctors, slots and appointments.
 #[derive(Default)]
@@ -26,10 +27,10 @@ impl BookingQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Doctor>> {
-        let after_id = after.as_deref().map(decode_cursor).transpose().map_err(to_graphql)?;
+        let after_id = after.as_deref().map(|c| cursor::decode(CURSOR_PREFIX, c)).transpose().map_err(to_graphql)?;
         let page = ctx.data::<BookingService>()?.doctors(first, after_id).await.gql()?;
         let mut conn = Connection::new(after_id.is_some(), page.has_next);
-        conn.edges.extend(page.doctors.into_iter().map(|d| Edge::new(encode_cursor(d.id), Doctor(d))));
+        conn.edges.extend(page.doctors.into_iter().map(|d| Edge::new(cursor::encode(CURSOR_PREFIX, d.id), Doctor(d))));
         Ok(conn)
     }
 
@@ -76,15 +77,3 @@ impl BookingQuery {
 }
 
 const CURSOR_PREFIX: &str = "doctor:";
-
-fn encode_cursor(id: i64) -> String {
-    hex::encode(format!("{CURSOR_PREFIX}{id}"))
-}
-
-fn decode_cursor(cursor: &str) -> Result<i64, ServiceError> {
-    hex::decode(cursor)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .and_then(|s| s.strip_prefix(CURSOR_PREFIX).and_then(|id| id.parse().ok()))
-        .ok_or_else(|| ServiceError::invalid(&["after"], "after is not a cursor of this connection"))
-}

@@ -8,11 +8,11 @@ use chrono::{DateTime, Utc};
 
 use super::{
     context::caller,
+    cursor,
     error::{to_graphql, IntoGraphql},
     types::UserError,
 };
 use crate::{
-    booking::ServiceError,
     db::entity::{webhook_delivery, webhook_endpoint},
     webhooks::{self, EventType, WebhookService, WithSecret},
 };
@@ -38,11 +38,13 @@ impl WebhookQuery {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, WebhookDelivery>> {
-        let after_id = after.as_deref().map(decode_cursor).transpose().map_err(to_graphql)?;
+        let after_id = after.as_deref().map(|c| cursor::decode(CURSOR_PREFIX, c)).transpose().map_err(to_graphql)?;
         let service = ctx.data::<WebhookService>()?;
         let page = service.deliveries(caller(ctx)?, &endpoint_id, first, after_id).await.gql()?;
         let mut conn = Connection::new(after_id.is_some(), page.has_next);
-        conn.edges.extend(page.deliveries.into_iter().map(|d| Edge::new(encode_cursor(d.id), WebhookDelivery(d))));
+        conn.edges.extend(
+            page.deliveries.into_iter().map(|d| Edge::new(cursor::encode(CURSOR_PREFIX, d.id), WebhookDelivery(d))),
+        );
         Ok(conn)
     }
 }
@@ -285,15 +287,3 @@ pub struct RedeliverWebhookPayload {
 }
 
 const CURSOR_PREFIX: &str = "webhook-delivery:";
-
-fn encode_cursor(id: i64) -> String {
-    hex::encode(format!("{CURSOR_PREFIX}{id}"))
-}
-
-fn decode_cursor(cursor: &str) -> Result<i64, ServiceError> {
-    hex::decode(cursor)
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .and_then(|s| s.strip_prefix(CURSOR_PREFIX).and_then(|id| id.parse().ok()))
-        .ok_or_else(|| ServiceError::invalid(&["after"], "after is not a cursor of this connection"))
-}
