@@ -64,6 +64,15 @@ async fn doctor_with_run(app: &TestApp, n: u32, capacity: i32) -> (String, Vec<S
     (doctor, slots)
 }
 
+/// The `bookedCount` of each of `slots`, in order.
+async fn booked_counts(app: &TestApp, slots: &[String]) -> Vec<i64> {
+    futures_util::future::join_all(slots.iter().map(|s| app.slot(s)))
+        .await
+        .iter()
+        .map(|s| s["bookedCount"].as_i64().unwrap())
+        .collect()
+}
+
 /// Polls `check` every 100 ms for up to `within`; true as soon as it holds.
 async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where
@@ -269,11 +278,7 @@ async fn a_rescheduled_hold_keeps_its_expiry_and_moving_past_an_overlap_of_its_o
     let moved = reschedule(&app, &patient(1), &id_of(&held), &run[1], "r").await;
     assert_eq!(moved["appointment"]["status"], "HELD", "{moved}");
     assert_eq!(moved["appointment"]["expiresAt"], expires);
-    let counts: Vec<i64> = futures_util::future::join_all(run.iter().map(|s| app.slot(s)))
-        .await
-        .iter()
-        .map(|s| s["bookedCount"].as_i64().unwrap())
-        .collect();
+    let counts = booked_counts(&app, &run).await;
     assert_eq!(counts, [0, 1, 1, 0]);
     app.assert_counts_consistent().await;
 }
@@ -304,11 +309,7 @@ async fn concurrent_reschedules_of_one_appointment_have_one_winner() {
         }
     }
     assert_eq!(won, 1, "exactly one reschedule wins");
-    let total: i64 = futures_util::future::join_all(slots.iter().map(|s| app.slot(s)))
-        .await
-        .iter()
-        .map(|s| s["bookedCount"].as_i64().unwrap())
-        .sum();
+    let total: i64 = booked_counts(&app, &slots).await.iter().sum();
     assert_eq!(total, 1, "one seat, wherever it went");
     app.assert_counts_consistent().await;
 }
@@ -462,11 +463,7 @@ async fn overlapping_longer_bookings_on_single_seats_never_deadlock() {
             Some(code) => assert_eq!(code, "SLOT_FULL", "{answer}"),
         }
     }
-    let total: i64 = futures_util::future::join_all(run.iter().map(|s| app.slot(s)))
-        .await
-        .iter()
-        .map(|s| s["bookedCount"].as_i64().unwrap())
-        .sum();
+    let total: i64 = booked_counts(&app, &run).await.iter().sum();
     assert_eq!(total, taken, "each success took exactly its three seats");
     // However they land, no free run of three slots is left once two have (12 slots).
     assert!(taken >= 6, "the run fits at least two 45-minute appointments: {taken}");
