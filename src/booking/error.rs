@@ -7,7 +7,7 @@ use crate::db::StoreError;
 pub enum RefusalCode {
     /// No seat left.
     SlotFull,
-    /// The patient already holds a BOOKED appointment in the slot.
+    /// The patient already holds an active (HELD or BOOKED) appointment in the slot.
     AlreadyBooked,
     /// No such slot.
     SlotNotFound,
@@ -29,8 +29,8 @@ pub enum RefusalCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
-    /// No such object (a waitlist entry, a webhook endpoint or delivery), or not one the caller
-    /// may see.
+    /// No such waitlist entry, or not one the caller may see (unknown webhook endpoints and
+    /// deliveries are `INVALID_INPUT` on their field).
     NotFound,
 }
 

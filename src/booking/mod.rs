@@ -2,8 +2,8 @@
 //!
 //! Correctness lives in the database. A booking is one conditional
 //! `UPDATE … WHERE booked_count < capacity AND start_at > now` plus the insert, in one
-//! transaction; a cancel is one conditional `BOOKED → CANCELLED` transition plus the release.
-//! Nothing here reads a value and then writes a decision based on it.
+//! transaction; a cancel is one conditional `HELD`/`BOOKED` → `CANCELLED` transition plus the
+//! release. Nothing here reads a value and then writes a decision based on it.
 //!
 //! In front of the database sit the guards of [`crate::guard`]: slot lists come from a cache
 //! that commits invalidate; booking attempts pass the per-patient rate limit, then the

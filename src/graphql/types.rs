@@ -98,7 +98,7 @@ impl Slot {
         self.0.closed_at.is_some()
     }
 
-    /// Increases with every change of `bookedCount`.
+    /// Increases with every change of the slot (of `bookedCount`, and its closing).
     async fn version(&self) -> i64 {
         self.0.version
     }
@@ -284,8 +284,8 @@ pub enum UserErrorCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
-    /// No such object (a waitlist entry, a webhook endpoint or delivery), or not one the caller
-    /// may see.
+    /// No such waitlist entry, or not one the caller may see (unknown webhook endpoints and
+    /// deliveries are `INVALID_INPUT` on their field).
     NotFound,
 }
 

@@ -40,10 +40,9 @@ const VARY: HeaderValue =
 
 /// The CORS policy as a layer, built once in [`super::router`] from the configuration.
 ///
-/// Another router browsers call from other sites (the planned `/fhir` routes) gets exactly the
-/// same policy by one call on its routes before merging, e.g.
-/// `router.merge(fhir::routes().layer(cors.clone()))`: every route it holds then answers
-/// preflights and carries the headers, and nothing else needs to change.
+/// Another router browsers call from other sites gets exactly the same policy by one call on
+/// its routes before merging, as the `/fhir` routes do (`fhir::router(…).layer(cors.clone())`):
+/// every route it holds then answers preflights and carries the headers.
 #[derive(Clone)]
 pub(crate) struct Cors {
     origins: Arc<AllowedOrigins>,

@@ -9,7 +9,11 @@
 //! `db_statements_total`, `db_pool_connections`, `db_pool_in_use`; `booking_bulkhead_in_use`,
 //! `booking_bulkhead_waiting` (attempts queued for the database: the pool's waiters come from
 //! there), `booking_bulkhead_rejected_total`; `slot_cache_requests_total{result=hit|miss}`,
-//! `known_full_rejects_total`, `redis_errors_total{op}`; `subscriptions_open`.
+//! `known_full_rejects_total`, `answer_cache_hits_total`, `graphql_direct_total`,
+//! `redis_errors_total{op}`; `waitlist_offers_total`; live availability: `subscriptions_open`,
+//! `ws_connections_open`, `redis_subscriber_up`, `outbox_published_total`,
+//! `outbox_relay_failures_total`; the FHIR feed: `fhir_feed_build_seconds`,
+//! `fhir_feed_refresh_seconds`.
 //!
 //! Partner webhooks:
 //! `webhook_deliveries_total{outcome=succeeded|retried|failed|disabled}` (one per attempt: it
