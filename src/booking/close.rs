@@ -1,12 +1,12 @@
 //! `closeSlots`: a doctor calls in sick. Every slot of the doctor starting in `[from, to)` is
-//! closed (it never takes a seat again) and its active appointments that have not started are
-//! cancelled by the clinic, each giving its seats back once, all in one transaction.
+//! closed (it never takes a seat again) and its active appointments are cancelled by the
+//! clinic, each giving its seats back once, all in one transaction.
 
 use chrono::{DateTime, Utc};
 
 use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
 use crate::{
-    auth::Caller,
+    auth::{Caller, Role},
     db::{appointments, doctors, entity::appointment, micros, slots, waitlist, StoreError},
     model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
@@ -40,6 +40,10 @@ impl BookingService {
     /// Closes a doctor's slots in a range (admins, or that doctor).
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), doctor = %req.doctor_id))]
     pub async fn close_slots(&self, caller: &Caller, req: &CloseRequest) -> Outcome<Closed> {
+        // Patients and partners may close nothing, whatever id they send.
+        if !matches!(caller.role, Role::Admin | Role::Doctor) {
+            return Err(ServiceError::Forbidden("only admins and the doctor may close these slots".into()));
+        }
         let doctor_id = match parse_id("doctorId", &req.doctor_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(&["input", "doctorId"], msg))),

@@ -29,9 +29,6 @@ pub enum RefusalCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
-    /// No such waitlist entry, or not one the caller may see (unknown webhook endpoints and
-    /// deliveries are `INVALID_INPUT` on their field).
-    NotFound,
 }
 
 impl RefusalCode {
@@ -50,7 +47,6 @@ impl RefusalCode {
             Self::AppointmentNotActive => "APPOINTMENT_NOT_ACTIVE",
             Self::SlotClosed => "SLOT_CLOSED",
             Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
-            Self::NotFound => "NOT_FOUND",
         }
     }
 }

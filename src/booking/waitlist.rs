@@ -20,8 +20,10 @@ use chrono::{DateTime, NaiveDate, Utc};
 use sea_orm::TransactionTrait;
 
 use super::{
-    acting_for, changes::Changes, input::parse_idempotency_key, read::parse_arg_id, retrying, BookingService, Outcome,
-    Refusal, RefusalCode, ServiceError,
+    acting_for,
+    changes::Changes,
+    input::{parse_id, parse_idempotency_key},
+    retrying, BookingService, Outcome, Refusal, RefusalCode, ServiceError,
 };
 use crate::{
     auth::{Caller, Role},
@@ -78,7 +80,7 @@ impl BookingService {
             Ok(id) => id,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let doctor_id = match super::input::parse_id("doctorId", &req.doctor_id) {
+        let doctor_id = match parse_id("doctorId", &req.doctor_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(&["input", "doctorId"], msg))),
         };
@@ -162,8 +164,16 @@ impl BookingService {
 
     /// Takes a `WAITING` entry off the waitlist. An `OFFERED` one leaves by cancelling its offer.
     pub async fn leave_waitlist(&self, caller: &Caller, raw_id: &str) -> Outcome<Left> {
-        let Some(entry) = self.visible_entry(caller, raw_id).await? else {
-            return Ok(Err(Refusal::about(RefusalCode::NotFound, &["id"], "no waitlist entry with this id")));
+        if caller.role == Role::Doctor {
+            return Err(ServiceError::Forbidden("doctors have no waitlist entries".into()));
+        }
+        let id = match parse_id("id", raw_id) {
+            Ok(id) => id,
+            Err(msg) => return Ok(Err(Refusal::invalid(&["id"], msg))),
+        };
+        // Unknown ids and others' entries answer alike, so ids reveal nothing.
+        let Some(entry) = waitlist::find(self.db.conn(), id).await?.filter(|e| may_see(caller, e)) else {
+            return Ok(Err(Refusal::invalid(&["id"], "no waitlist entry with this id")));
         };
         let now = micros(Utc::now());
         let left = {
@@ -186,23 +196,6 @@ impl BookingService {
             Role::Doctor => return Err(ServiceError::Forbidden("doctors have no waitlist entries".into())),
         };
         Ok(waitlist::list(self.db.conn(), filter, MY_WAITLIST_LIMIT).await?)
-    }
-
-    /// An entry the caller may see and change: the patient's own, one a partner made, any for
-    /// an admin.
-    async fn visible_entry(
-        &self,
-        caller: &Caller,
-        raw_id: &str,
-    ) -> Result<Option<waitlist_entry::Model>, ServiceError> {
-        let id = parse_arg_id("id", raw_id)?;
-        let entry = waitlist::find(self.db.conn(), id).await?;
-        Ok(entry.filter(|e| match caller.role {
-            Role::Admin => true,
-            Role::Patient => caller.patient_id == Some(e.patient_id),
-            Role::Partner => e.booked_by == caller.scope(),
-            Role::Doctor => false,
-        }))
     }
 
     async fn replay_join(
@@ -317,4 +310,15 @@ impl BookingService {
 /// Whether a seat of `slot` could be taken now.
 fn bookable(slot: &time_slot::Model, now: DateTime<Utc>) -> bool {
     slot.available() > 0 && slot.start_at > now
+}
+
+/// Whether `caller` may see and change `entry`: the patient's own, one a partner made, any for
+/// an admin.
+fn may_see(caller: &Caller, entry: &waitlist_entry::Model) -> bool {
+    match caller.role {
+        Role::Admin => true,
+        Role::Patient => caller.patient_id == Some(entry.patient_id),
+        Role::Partner => entry.booked_by == caller.scope(),
+        Role::Doctor => false,
+    }
 }

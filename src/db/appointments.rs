@@ -254,8 +254,7 @@ pub async fn mark_moved(
 }
 
 /// Cancels, by [`mark_cancelled`]'s transition, every active appointment that takes a seat in
-/// any of `slot_ids` and has not started (closing slots: one under way, or past, is history and
-/// stays as it is); returns those this statement cancelled.
+/// any of `slot_ids` (closing slots); returns those this statement cancelled.
 pub async fn cancel_in_slots(
     conn: &impl ConnectionTrait,
     slot_ids: &[i64],
@@ -272,7 +271,6 @@ pub async fn cancel_in_slots(
         .to_owned();
     Ok(cancelling(now, by)
         .filter(appointment::Column::Status.is_in(ACTIVE))
-        .filter(appointment::Column::StartAt.gt(now))
         .filter(
             Condition::any()
                 .add(appointment::Column::SlotId.is_in(slot_ids.iter().copied()))

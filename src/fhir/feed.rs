@@ -482,8 +482,7 @@ impl FeedState {
         self.roles = Arc::new(ndjson(
             self.doctors.values().map(|e| Resource::PractitionerRole(map::practitioner_role(&e.doctor, settings))),
         ));
-        self.schedules =
-            Arc::new(ndjson(self.doctors.values().map(|e| Resource::Schedule(map::schedule(&e.doctor, settings)))));
+        self.schedules = Arc::new(ndjson(self.doctors.values().map(|e| Resource::Schedule(map::schedule(&e.doctor)))));
     }
 
     /// Applies committed changes; true when any slot changed.

@@ -104,7 +104,7 @@ fn slot() {
 fn doctor_resources() {
     check("practitioner", Resource::Practitioner(map::practitioner(&doctor())));
     check("practitioner-role", Resource::PractitionerRole(map::practitioner_role(&doctor(), &settings())));
-    check("schedule", Resource::Schedule(map::schedule(&doctor(), &settings())));
+    check("schedule", Resource::Schedule(map::schedule(&doctor())));
     check("location", Resource::Location(map::location(&settings())));
 }
 

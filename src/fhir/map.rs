@@ -171,14 +171,15 @@ pub fn practitioner_role(d: &doctor::Model, settings: &MapSettings) -> Practitio
     }
 }
 
-/// The doctor's calendar: its actors are the `PractitionerRole` and the clinic's `Location`.
-pub fn schedule(d: &doctor::Model, settings: &MapSettings) -> Schedule {
+/// The doctor's calendar. Its one actor is the `PractitionerRole` (the contract's shape); the
+/// clinic's `Location` is the role's `location`, so aggregators still find where it is.
+pub fn schedule(d: &doctor::Model) -> Schedule {
     let service = d.specialty.clone().unwrap_or_else(|| "Appointment".into());
     Schedule {
         id: d.id.to_string(),
         active: Some(true),
         service_type: vec![CodeableConcept::text(service)],
-        actor: vec![Reference::to("PractitionerRole", d.id).with_display(&d.name), location_reference(settings)],
+        actor: vec![Reference::to("PractitionerRole", d.id).with_display(&d.name)],
     }
 }
 

@@ -208,7 +208,7 @@ async fn read_practitioner_role(State(state): Shared, Path(id): Path<String>) ->
 
 async fn read_schedule(State(state): Shared, Path(id): Path<String>) -> Result<Response, FhirError> {
     let d = doctor(&state, "Schedule", &id).await?;
-    Ok(resource_response(StatusCode::OK, &Resource::Schedule(map::schedule(&d, state.feed.map_settings()))))
+    Ok(resource_response(StatusCode::OK, &Resource::Schedule(map::schedule(&d))))
 }
 
 async fn read_location(State(state): Shared, Path(id): Path<String>) -> Result<Response, FhirError> {
@@ -374,7 +374,8 @@ async fn hold(State(state): Shared, headers: HeaderMap, body: Body) -> Result<Re
 }
 
 /// The caller and the body of `$hold`/`$book`: `401` without a valid token, `415` for a body
-/// that is not FHIR JSON, `400`/`422` for one we cannot use ([`params`]).
+/// that is not FHIR JSON, `413` for one over `MAX_BODY_BYTES`, `400`/`422` for one we cannot
+/// use ([`params`]).
 async fn seat_request(
     state: &FhirState,
     headers: &HeaderMap,
@@ -392,7 +393,7 @@ async fn seat_request(
         }
     }
     let bytes = to_bytes(body, state.max_body_bytes).await.map_err(|_| {
-        FhirError::bad_request(format!("the request body is larger than {} bytes", state.max_body_bytes))
+        FhirError::new("PAYLOAD_TOO_LARGE", format!("the request body is larger than {} bytes", state.max_body_bytes))
     })?;
     Ok((caller, params::parse_seat_request(&bytes, confirm_allowed)?))
 }

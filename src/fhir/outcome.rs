@@ -10,6 +10,7 @@
 //! | `FORBIDDEN` | 403 | `forbidden` |
 //! | `NOT_FOUND`, `SLOT_NOT_FOUND`, `APPOINTMENT_NOT_FOUND` | 404 | `not-found` |
 //! | `METHOD_NOT_ALLOWED` | 405 | `not-supported` |
+//! | `PAYLOAD_TOO_LARGE` (a body over `MAX_BODY_BYTES`) | 413 | `too-long` |
 //! | `SLOT_FULL`, `ALREADY_BOOKED`, `OVERLAPPING_APPOINTMENT`, `HOLD_EXPIRED`, `IDEMPOTENCY_KEY_REUSED`, `SLOT_CLOSED`, `APPOINTMENT_NOT_ACTIVE`, `ALREADY_ON_WAITLIST` | 409 | `conflict` |
 //! | `UNSUPPORTED_MEDIA_TYPE` | 415 | `not-supported` |
 //! | `INVALID_INPUT` | 422 | `invalid` |
@@ -86,6 +87,7 @@ impl FhirError {
             "FORBIDDEN" => (StatusCode::FORBIDDEN, "forbidden"),
             "NOT_FOUND" | "SLOT_NOT_FOUND" | "APPOINTMENT_NOT_FOUND" => (StatusCode::NOT_FOUND, "not-found"),
             "METHOD_NOT_ALLOWED" => (StatusCode::METHOD_NOT_ALLOWED, "not-supported"),
+            "PAYLOAD_TOO_LARGE" => (StatusCode::PAYLOAD_TOO_LARGE, "too-long"),
             "SLOT_FULL"
             | "ALREADY_BOOKED"
             | "OVERLAPPING_APPOINTMENT"

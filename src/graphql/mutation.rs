@@ -126,8 +126,8 @@ impl BookingMutation {
         })
     }
 
-    /// Closes the doctor's slots starting in `[from, to)` and cancels their appointments that
-    /// have not started, for the clinic. Admins, or that doctor.
+    /// Closes the doctor's slots starting in `[from, to)` and cancels their active
+    /// appointments, for the clinic. Admins, or that doctor.
     async fn close_slots(&self, ctx: &Context<'_>, input: CloseSlotsInput) -> Result<CloseSlotsPayload> {
         let req = CloseRequest { doctor_id: input.doctor_id.0, from: input.from, to: input.to, reason: input.reason };
         let outcome = ctx.data::<BookingService>()?.close_slots(caller(ctx)?, &req).await.gql()?;

@@ -284,9 +284,6 @@ pub enum UserErrorCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
-    /// No such waitlist entry, or not one the caller may see (unknown webhook endpoints and
-    /// deliveries are `INVALID_INPUT` on their field).
-    NotFound,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -304,7 +301,6 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::AppointmentNotActive => Self::AppointmentNotActive,
             RefusalCode::SlotClosed => Self::SlotClosed,
             RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
-            RefusalCode::NotFound => Self::NotFound,
         }
     }
 }

@@ -132,7 +132,8 @@ pub struct LeaveWaitlistPayload {
     pub entry: Option<WaitlistEntry>,
     /// True when this call took it off the waitlist; false when it was not waiting.
     pub left: bool,
-    /// Why the leave was refused (NOT_FOUND); empty otherwise.
+    /// Why the leave was refused (INVALID_INPUT on `id`: malformed, unknown, or not the
+    /// caller's); empty otherwise.
     pub user_errors: Vec<UserError>,
 }
 

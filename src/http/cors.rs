@@ -34,6 +34,12 @@ pub(crate) const MAX_AGE: Duration = Duration::from_secs(600);
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// FHIR's `Prefer: return=…`.
+const PREFER: HeaderName = HeaderName::from_static("prefer");
+
+/// The header FHIR's `$hold` and `$book` take their retry key from.
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
 /// What a cache must key a CORS-capable answer by (tower-http's list, for answers it makes).
 const VARY: HeaderValue =
     HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers");
@@ -54,8 +60,17 @@ impl Cors {
     pub(crate) fn new(origins: AllowedOrigins) -> Self {
         let layer = CorsLayer::new()
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, REQUEST_ID])
-            .expose_headers([REQUEST_ID, header::RETRY_AFTER])
+            // The FHIR operations read the last three (`$hold`/`$book` retries, `Prefer`, feed
+            // revalidation); a browser may send none of them cross-site unless allowed here.
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                REQUEST_ID,
+                IDEMPOTENCY_KEY,
+                PREFER,
+                header::IF_NONE_MATCH,
+            ])
+            .expose_headers([REQUEST_ID, header::RETRY_AFTER, header::LOCATION, header::ETAG])
             .max_age(MAX_AGE);
         let layer = match origins {
             AllowedOrigins::Any => layer.allow_origin(AllowOrigin::any()),

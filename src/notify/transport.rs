@@ -20,16 +20,13 @@ pub const SMTP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest SMS gateway request.
 pub const SMS_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Why an attempt did not get the message through.
+/// Why an attempt did not get the message through. Every failure is retried up to
+/// `NOTIFY_MAX_ATTEMPTS`, an SMTP 5xx too: a mail server refusing everything for a while (a
+/// full disk, a relay misconfigured) answers 5xx as well, and the cap bounds what a message
+/// that will never be taken costs.
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
-    /// Worth retrying: the server is down, slow, or answered with a temporary failure.
-    #[error("{0}")]
-    Transient(String),
-    /// Not worth retrying: the server refused this message for good (an SMTP 5xx answer).
-    #[error("{0}")]
-    Permanent(String),
-}
+#[error("{0}")]
+pub struct SendError(pub String);
 
 /// Where emails go.
 #[derive(Clone)]
@@ -75,8 +72,8 @@ impl EmailTransport {
         match self {
             Self::Smtp { transport, .. } => match transport.send(message.clone()).await {
                 Ok(_) => Ok(()),
-                Err(e) if e.is_permanent() => Err(SendError::Permanent(format!("the mail server refused it: {e}"))),
-                Err(e) => Err(SendError::Transient(format!("SMTP: {e}"))),
+                Err(e) if e.is_permanent() => Err(SendError(format!("the mail server refused it: {e}"))),
+                Err(e) => Err(SendError(format!("SMTP: {e}"))),
             },
             Self::Files(dir) => write_file(dir, &format!("{id}.eml"), &message.formatted()).await,
         }
@@ -145,7 +142,7 @@ impl SmsTransport {
                 }
                 let response = request.send().await.map_err(|e| {
                     let what = if e.is_timeout() { "timed out" } else { "failed" };
-                    SendError::Transient(format!("SMS gateway request {what}: {e}"))
+                    SendError(format!("SMS gateway request {what}: {e}"))
                 })?;
                 let status = response.status();
                 if status.is_success() {
@@ -153,7 +150,7 @@ impl SmsTransport {
                 }
                 let text = response.text().await.unwrap_or_default();
                 let snippet: String = text.chars().take(200).collect();
-                Err(SendError::Transient(format!("SMS gateway answered {status}: {snippet}")))
+                Err(SendError(format!("SMS gateway answered {status}: {snippet}")))
             }
             Self::Files { dir, from } => {
                 let content = format!("To: {to}\nFrom: {from}\nMessage: {id}\n\n{body}\n");
@@ -166,7 +163,7 @@ impl SmsTransport {
 /// Writes `name` in `dir` whole or not at all (a temporary file renamed), so a reader never
 /// sees half a message and a repeated attempt replaces the file instead of adding one.
 async fn write_file(dir: &Path, name: &str, content: &[u8]) -> Result<(), SendError> {
-    let io = |e: std::io::Error| SendError::Transient(format!("writing {}: {e}", dir.join(name).display()));
+    let io = |e: std::io::Error| SendError(format!("writing {}: {e}", dir.join(name).display()));
     tokio::fs::create_dir_all(dir).await.map_err(io)?;
     let tmp = dir.join(format!(".{name}.tmp"));
     tokio::fs::write(&tmp, content).await.map_err(io)?;

@@ -14,8 +14,9 @@
 //!   and hands back the messages of its batch it had not started (their attempt uncounted),
 //!   so the next instance takes them at once;
 //! - a failed attempt is retried after a delay doubling from one second, with jitter, capped at
-//!   `NOTIFY_RETRY_MAX_SECS`; after `NOTIFY_MAX_ATTEMPTS` attempts, or an answer that says
-//!   the message will never be taken (an SMTP 5xx), it is kept as `FAILED`.
+//!   `NOTIFY_RETRY_MAX_SECS`; after `NOTIFY_MAX_ATTEMPTS` attempts (an SMTP 5xx answer
+//!   counts as a failed attempt like any other) it is kept as `FAILED`; a message that cannot
+//!   be rendered fails at once.
 //!
 //! The worker is woken by the relay right after it recorded messages, and polls
 //! (`NOTIFY_POLL_MS`) for retries, reminders and what other instances recorded.
@@ -199,7 +200,7 @@ impl Worker {
                     tracing::debug!(%reason, "message skipped");
                     (Settle::Skipped { reason }, "skipped")
                 }
-                Err(AttemptError::Send(SendError::Transient(error)))
+                Err(AttemptError::Send(SendError(error)))
                     if u32::try_from(m.attempts).unwrap_or(u32::MAX) < self.max_attempts =>
                 {
                     let delay = retry_delay(m.attempts, self.retry_max);

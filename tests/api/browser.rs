@@ -59,7 +59,10 @@ async fn cors_answers_allowed_origins_only() {
     assert_eq!(header(h, "access-control-allow-origin"), APP);
     assert_eq!(header(h, "access-control-allow-credentials"), "true");
     assert_eq!(items(h, "access-control-allow-methods"), ["get", "post", "options"]);
-    assert_eq!(items(h, "access-control-allow-headers"), ["authorization", "content-type", "x-request-id"]);
+    assert_eq!(
+        items(h, "access-control-allow-headers"),
+        ["authorization", "content-type", "x-request-id", "idempotency-key", "prefer", "if-none-match"]
+    );
     assert_eq!(header(h, "access-control-max-age"), "600");
     assert!(items(h, "vary").contains(&"origin".to_owned()), "{h:?}");
 
@@ -67,7 +70,7 @@ async fn cors_answers_allowed_origins_only() {
     assert_eq!(answer.status(), 200);
     let h = answer.headers();
     assert_eq!(header(h, "access-control-allow-origin"), APP);
-    assert_eq!(items(h, "access-control-expose-headers"), ["x-request-id", "retry-after"]);
+    assert_eq!(items(h, "access-control-expose-headers"), ["x-request-id", "retry-after", "location", "etag"]);
     assert!(h.contains_key("x-request-id"));
 
     // Another origin gets no CORS header at all; its preflight is still a success, so the

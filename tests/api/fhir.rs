@@ -140,6 +140,7 @@ async fn a_doctor_is_a_practitioner_a_role_and_a_schedule() {
     assert_eq!(r["location"][0]["reference"], "Location/clinic");
     let s = get(&app, &format!("/Schedule/{d}"), None).await.json();
     assert_eq!(s["actor"][0]["reference"], format!("PractitionerRole/{d}"));
+    assert_eq!(s["actor"].as_array().map(Vec::len), Some(1), "the PractitionerRole is the only actor");
     let l = get(&app, "/Location/clinic", None).await.json();
     assert_eq!((l["resourceType"].as_str(), l["name"].as_str()), (Some("Location"), Some("Clinic")));
     for path in ["/Practitioner/999999", "/PractitionerRole/abc", "/Schedule/0", "/Location/other", "/Slot/999999"] {
@@ -368,6 +369,16 @@ async fn book_refusals_are_operation_outcomes_with_the_contracts_statuses() {
     )
     .await;
     assert_eq!(text.status, 415);
+    let huge = send(
+        &app,
+        app.client
+            .post(format!("{}/fhir/Appointment/$book", app.address))
+            .bearer_auth(partner("p"))
+            .header("content-type", "application/fhir+json")
+            .body(vec![b' '; 300 * 1024]),
+    )
+    .await;
+    assert_eq!((huge.status, huge.code().as_str()), (413, "PAYLOAD_TOO_LARGE"));
     let past = app.create_doctor("UTC").await;
     let today = chrono::Utc::now().date_naive().format("%Y-%m-%d").to_string();
     let early = app.publish(&past, &today, "00:00", "00:15", 15, 1).await;

@@ -309,6 +309,27 @@ async fn a_message_waits_for_the_mail_server_to_come_back() {
 }
 
 #[tokio::test]
+async fn a_mail_server_refusing_with_5xx_for_a_while_is_retried() {
+    let Some(sink) = SmtpSink::start_refusing(None, 2).await else {
+        return;
+    };
+    let database = TestDatabase::new().await;
+    let app =
+        TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")])
+            .await;
+    set_contact(&app, &patient(951), json!({ "email": "p951@example.org" })).await;
+    let (_, slot) = app.doctor_with_slot(1).await;
+    let id = book(&app, 951, &slot, "refused-twice").await;
+    let received = sink.wait_for(1).await;
+    assert_eq!(received[0].rcpt_tos, ["p951@example.org"]);
+    let sent = eventually("the email marked sent", || async {
+        recorded(&app, &id).await.into_iter().find(|m| m.status == "SENT")
+    })
+    .await;
+    assert_eq!(sent.attempts, 3, "two refusals, then the delivery: {sent:?}");
+}
+
+#[tokio::test]
 async fn a_restart_loses_no_message_and_sends_it_once() {
     let port = free_port();
     let database = TestDatabase::new().await;

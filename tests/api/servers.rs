@@ -109,6 +109,11 @@ impl SmtpSink {
     /// Starts the server on `port` (`None`: a free one); `None` when aiosmtpd is missing and
     /// the test should skip.
     pub(crate) async fn start(port: Option<u16>) -> Option<Self> {
+        Self::start_refusing(port, 0).await
+    }
+
+    /// [`Self::start`], answering the first `refuse` messages with an SMTP 554.
+    pub(crate) async fn start_refusing(port: Option<u16>, refuse: usize) -> Option<Self> {
         let python = Self::python();
         if crate::helpers::skip_without("Python with aiosmtpd (see .ci/run)", python.is_some()) {
             return None;
@@ -121,6 +126,7 @@ impl SmtpSink {
             .arg("--dir")
             .arg(dir.path())
             .args(["--port", &port.unwrap_or(0).to_string()])
+            .args(["--refuse-first", &refuse.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

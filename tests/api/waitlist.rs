@@ -137,7 +137,7 @@ async fn joining_is_idempotent_once_per_day_and_a_free_seat_is_offered_at_once()
     let again = app.gql(Some(&patient(1)), LEAVE, json!({ "id": id })).await["leaveWaitlist"].clone();
     assert_eq!(again["left"], false);
     let stranger = app.gql(Some(&patient(9)), LEAVE, json!({ "id": id })).await["leaveWaitlist"].clone();
-    assert_eq!(user_error(&stranger), Some("NOT_FOUND"));
+    assert_eq!(user_error(&stranger), Some("INVALID_INPUT"));
     // A day that has ended is refused.
     let past =
         app.gql(Some(&patient(1)), JOIN, json!({ "d": doctor, "t": "2020-01-01", "k": "past", "p": null })).await;
@@ -161,6 +161,14 @@ async fn waitlist_roles() {
     assert_eq!(mine(&app, &partner("other")).await.len(), 0);
     assert_eq!(mine(&app, &patient(7)).await.len(), 1, "the patient sees entries made for it");
     assert_eq!(mine(&app, &admin()).await.len(), 2, "an admin sees all");
+    // Leaving: doctors have no entries; a malformed id is refused on its field.
+    let id = by_partner["entry"]["id"].as_str().unwrap();
+    let by_doctor = app.error_code(Some(&crate::helpers::doctor(&doctor)), LEAVE, json!({ "id": id })).await;
+    assert_eq!(by_doctor, "FORBIDDEN");
+    let malformed = app.gql(Some(&patient(7)), LEAVE, json!({ "id": "abc" })).await["leaveWaitlist"].clone();
+    assert_eq!(user_error(&malformed), Some("INVALID_INPUT"));
+    let by_other = app.gql(Some(&partner("other")), LEAVE, json!({ "id": id })).await["leaveWaitlist"].clone();
+    assert_eq!(user_error(&by_other), Some("INVALID_INPUT"), "another partner's entry reads as unknown");
     // The offer made for a partner's entry is the partner's to see (and to confirm).
     app.cancel(&patient(100), &first).await;
     let entries = mine(&app, &partner("p")).await;

@@ -10,7 +10,10 @@ outlives the test that started it.
 With --discard it keeps nothing and prints "RECEIVED <n>" every second instead: a sink for
 benchmarks (every booking sends an email), where writing each message would be the bottleneck.
 
-Usage: smtp_sink.py --dir DIR [--port PORT]
+With --refuse-first N it answers the first N messages "554" (a permanent refusal, as a mail
+server refusing everything for a while does) and stores nothing of them.
+
+Usage: smtp_sink.py --dir DIR [--port PORT] [--refuse-first N]
        smtp_sink.py --discard [--port PORT]
 """
 
@@ -26,11 +29,15 @@ from aiosmtpd.smtp import SMTP
 class Sink:
     """Stores each message's envelope and bytes (or only counts them, without a directory)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, refuse_first=0):
         self.directory = directory
         self.count = 0
+        self.refuse = refuse_first
 
     async def handle_DATA(self, server, session, envelope):
+        if self.refuse > 0:
+            self.refuse -= 1
+            return "554 Transaction failed: refusing for now (test sink)"
         self.count += 1
         if self.directory is None:
             return "250 OK: discarded"
@@ -59,11 +66,12 @@ async def main():
     parser.add_argument("--dir")
     parser.add_argument("--discard", action="store_true")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--refuse-first", type=int, default=0)
     args = parser.parse_args()
     if (args.dir is None) == (not args.discard):
         parser.error("give either --dir DIR or --discard")
     loop = asyncio.get_running_loop()
-    handler = Sink(None if args.discard else args.dir)
+    handler = Sink(None if args.discard else args.dir, args.refuse_first)
     server = await loop.create_server(
         lambda: SMTP(handler, hostname="sink.test", ident="clinic-booking test sink"),
         host="127.0.0.1",
