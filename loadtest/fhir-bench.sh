@@ -9,8 +9,8 @@
 #
 # Settings (environment): PG, DB (default lt_fhir), REDIS (empty: single-process mode), PORT
 # (18081), WRK_SECONDS (10), WRK_CONNECTIONS (32), OPENING_RATE (5000), OPENING_READ_RATE (500),
-# OPENING_SECONDS (30), SKIP_SEED (1: keep the database of an earlier run). Uses target/release
-# binaries (cargo build --release) and wrk (apt-get install wrk).
+# OPENING_SECONDS (30), SKIP_SEED (1: keep the database of an earlier run), BIN and LT (the server and
+# load-test binaries, default target/release/clinic-booking and clinic-loadtest). Needs wrk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
@@ -20,16 +20,18 @@ PORT=${PORT:-18081}
 OUT=${OUT:-target/loadtest-fhir}
 export JWT_SECRET=${JWT_SECRET:-loadtest-secret-0123456789abcdef}
 BASE="http://127.0.0.1:$PORT"
+BIN=${BIN:-target/release/clinic-booking}
+LT=${LT:-target/release/clinic-loadtest}
 mkdir -p "$OUT"
 DATABASE_URL="$PG/$DB"
 if [ "${SKIP_SEED:-0}" != 1 ]; then
   psql -X -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
-  target/release/clinic-loadtest seed --database-url "$DATABASE_URL" --out "$OUT/seed.json"
+  "$LT" seed --database-url "$DATABASE_URL" --out "$OUT/seed.json"
 fi
 [ -n "$REDIS" ] && redis-cli -u "$REDIS" FLUSHDB > /dev/null
 
 env DATABASE_URL="$DATABASE_URL" ${REDIS:+REDIS_URL="$REDIS"} BIND_ADDR="127.0.0.1:$PORT" RUST_LOG=info \
-  PUBLIC_BOOKING_URL="https://book.example.com/slots" target/release/clinic-booking serve > "$OUT/server.log" 2>&1 &
+  PUBLIC_BOOKING_URL="https://book.example.com/slots" "$BIN" serve > "$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "$BASE/readyz" > /dev/null && break; sleep 0.2; done
@@ -60,7 +62,7 @@ echo "-- manifest, 200 gzip"; $W -H 'Accept-Encoding: gzip' "$BASE/fhir/\$bulk-p
 echo "-- one Slot file, 200 gzip"; $W -H 'Accept-Encoding: gzip' "$slot_url" | grep -E 'Requests/sec|99%|Transfer'
 
 echo "== 3. the opening burst, without and with one aggregator polling every second"
-run() { target/release/clinic-loadtest run --url "$BASE" --seed "$OUT/seed.json" --database-url "$DATABASE_URL" \
+run() { "$LT" run --url "$BASE" --seed "$OUT/seed.json" --database-url "$DATABASE_URL" \
           --scenario opening --rate "${OPENING_RATE:-5000}" --read-rate "${OPENING_READ_RATE:-500}" \
           --duration "${OPENING_SECONDS:-30}" --warmup 3 "$@" || true; echo; }
 run

@@ -7,8 +7,10 @@
 #
 # Settings (environment): PG (server URL without database), DB (database name, default lt),
 # REDIS (Redis URL; empty: single-process mode), PORT (18080), OPENING_RATE (5000),
-# OPENING_READ_RATE (500), OPENING_SECONDS (30), OPENING_WARMUP (3), MAX_SECONDS (15), CONNECTIONS (64),
-# SERVER_ENV (extra K=V words for the server). Uses target/release binaries (cargo build --release).
+# OPENING_READ_RATES ("500 5000": one opening run per read rate), OPENING_SECONDS (30), OPENING_WARMUP (3),
+# MAX_SECONDS (15), CONNECTIONS (64), SERVER_ENV (extra K=V words for the server), BIN (the server
+# binary, default target/release/clinic-booking: an older build measures a baseline, since the server
+# migrates the database itself before the seed) and LT (target/release/clinic-loadtest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
@@ -21,20 +23,28 @@ mkdir -p "$OUT"
 psql -X -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 [ -n "$REDIS" ] && redis-cli -u "$REDIS" FLUSHDB > /dev/null
 DATABASE_URL="$PG/$DB"
-target/release/clinic-loadtest seed --database-url "$DATABASE_URL" --out "$OUT/seed.json"
+BIN=${BIN:-target/release/clinic-booking}
+LT=${LT:-target/release/clinic-loadtest}
 
 read -ra extra <<< "${SERVER_ENV:-}"
 env DATABASE_URL="$DATABASE_URL" ${REDIS:+REDIS_URL="$REDIS"} BIND_ADDR="127.0.0.1:$PORT" RUST_LOG=warn \
-  "${extra[@]}" target/release/clinic-booking serve > "$OUT/server.log" 2>&1 &
+  "${extra[@]}" "$BIN" serve > "$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && break; sleep 0.2; done
 curl -s "http://127.0.0.1:$PORT/readyz"; echo
+# The server migrated the empty database with its own migrations; the seed only loads rows.
+"$LT" seed --no-migrate --database-url "$DATABASE_URL" --out "$OUT/seed.json"
 
-run() { target/release/clinic-loadtest run --url "http://127.0.0.1:$PORT" --seed "$OUT/seed.json" \
+run() { "$LT" run --url "http://127.0.0.1:$PORT" --seed "$OUT/seed.json" \
           --database-url "$DATABASE_URL" "$@" || true; echo; }
-run --scenario opening --rate "${OPENING_RATE:-5000}" --read-rate "${OPENING_READ_RATE:-500}" --duration "${OPENING_SECONDS:-30}" \
-  --warmup "${OPENING_WARMUP:-3}" --timeline
+for reads in ${OPENING_READ_RATES:-500 5000}; do
+  run --scenario opening --rate "${OPENING_RATE:-5000}" --read-rate "$reads" --duration "${OPENING_SECONDS:-30}" \
+    --warmup "${OPENING_WARMUP:-3}"
+done
 for s in reads reject success mix; do
   run --scenario "$s" --connections "${CONNECTIONS:-64}" --duration "${MAX_SECONDS:-15}"
 done
+# The queueing of each runtime over the whole run (a histogram per lane; the booking lane's when
+# the server has one).
+curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^lane_wait_seconds(_sum|_count)?\{' || true

@@ -20,10 +20,10 @@ use serde_json::{json, Value};
 use crate::{check, seed::Manifest, RunArgs, Scenario};
 
 const SLOTS_QUERY: &str = "query($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t){id startAt available}}";
-const BOOK_MUTATION: &str = "mutation($s:ID!,$k:String!,$p:ID!){bookAppointment(input:{slotId:$s,\
+pub(crate) const BOOK_MUTATION: &str = "mutation($s:ID!,$k:String!,$p:ID!){bookAppointment(input:{slotId:$s,\
     idempotencyKey:$k,patientId:$p}){appointment{id} replayed userErrors{code}}}";
 /// Seats of the success path's slots (every booking commits).
-const WIDE_CAPACITY: i32 = 2_000_000_000;
+pub(crate) const WIDE_CAPACITY: i32 = 2_000_000_000;
 /// How long answers still in flight at the end are waited for.
 const DRAIN: Duration = Duration::from_secs(30);
 
@@ -148,14 +148,20 @@ fn classify(status: u16, body: &[u8]) -> String {
     "other".to_owned()
 }
 
-fn mint(issuer: &TokenIssuer, sub: &str, role: &str) -> anyhow::Result<String> {
+pub(crate) fn mint(issuer: &TokenIssuer, sub: &str, role: &str) -> anyhow::Result<String> {
     let claims =
         Claims { sub: sub.into(), role: role.into(), exp: chrono::Utc::now().timestamp() + 86_400, doctor_id: None };
     Ok(issuer.issue(&claims)?)
 }
 
 /// POSTs one operation as `token` and returns `data`, failing on any error.
-async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, variables: Value) -> anyhow::Result<Value> {
+pub(crate) async fn gql(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    query: &str,
+    variables: Value,
+) -> anyhow::Result<Value> {
     let body: Value = client
         .post(url)
         .bearer_auth(token)
@@ -169,7 +175,12 @@ async fn gql(client: &reqwest::Client, url: &str, token: &str, query: &str, vari
 }
 
 /// A fresh hot set through the API: a new doctor with 50 slots of `capacity` tomorrow.
-async fn hot_set(client: &reqwest::Client, url: &str, admin: &str, capacity: i32) -> anyhow::Result<Vec<i64>> {
+pub(crate) async fn hot_set(
+    client: &reqwest::Client,
+    url: &str,
+    admin: &str,
+    capacity: i32,
+) -> anyhow::Result<Vec<i64>> {
     let doctor = gql(
         client,
         url,
@@ -283,6 +294,25 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }
     }
 
+    // Telling people: an email address for every patient the measured load books for, and
+    // the partner subscribed to a receiver; the report after the load shows the lag.
+    let mut endpoint = None;
+    let deliveries_since = match (&args.database_url, args.contacts || args.webhook.is_some()) {
+        (Some(db), true) => {
+            if args.contacts {
+                let expected = args.rate.unwrap_or(20_000.0) * args.duration as f64;
+                let first = i64::try_from(nonce * 1_000_000_000).unwrap_or(i64::MAX);
+                crate::deliveries::add_contacts(db, first, expected as i64 + 1_000).await?;
+            }
+            if let Some(hook) = &args.webhook {
+                endpoint = Some(crate::deliveries::subscribe(&client, &url, &partner, hook).await?);
+            }
+            Some(crate::deliveries::last_appointment(db).await?)
+        }
+        (None, true) => anyhow::bail!("--contacts and --webhook need --database-url for the report"),
+        _ => None,
+    };
+
     let start = Instant::now() + Duration::from_millis(50);
     let ctx = make_ctx(hot.clone(), start, nonce);
     let duration = Duration::from_secs(args.duration);
@@ -387,6 +417,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }
     }
 
+    if let (Some(db), Some(since)) = (&args.database_url, deliveries_since) {
+        healthy &= crate::deliveries::report(db, since).await?;
+    }
+    if let Some(id) = endpoint {
+        crate::deliveries::unsubscribe(&client, &url, &partner, &id).await?;
+    }
     if let Some(db) = &args.database_url {
         let c = check::check(db, &hot).await?;
         println!(

@@ -9,9 +9,14 @@
 //!   switches to a closed loop of N connections for maximum-throughput runs. Prints achieved
 //!   rate, p50/p99/max per operation and outcome counts, then checks in the database that every
 //!   slot's `booked_count` equals its BOOKED appointments and never exceeds its capacity.
+//!   `--contacts` and `--webhook` add the deliveries of every booking and their lag.
+//! - `life`: the lifecycle's figures (holds, confirms, cancels with waiters, mass expiry).
+//! - `receive`: the webhook receiver of `run --webhook`.
 
 mod check;
+mod deliveries;
 mod feed;
+mod life;
 mod load;
 mod seed;
 
@@ -33,6 +38,10 @@ enum Command {
     Seed(seed::SeedArgs),
     /// Drive a running server and report.
     Run(RunArgs),
+    /// The lifecycle's figures: holds, confirms, cancels with waiters, mass expiry.
+    Life(life::LifeArgs),
+    /// A webhook receiver for `run --webhook`: answers every POST 204.
+    Receive(deliveries::ReceiveArgs),
 }
 
 /// What a run sends.
@@ -103,6 +112,14 @@ pub(crate) struct RunArgs {
     /// during the measured load (the manifest, then the files that changed).
     #[arg(long)]
     pub(crate) poll_feed: Option<f64>,
+    /// Give every patient the measured load books for an email address (needs --database-url;
+    /// the server sends to its SMTP_URL), and report the messages' lag after the load.
+    #[arg(long)]
+    pub(crate) contacts: bool,
+    /// Subscribe the partner to every event at this URL (`clinic-loadtest receive`; the server
+    /// needs WEBHOOK_ALLOW_CIDRS for a loopback address), and report the deliveries' lag.
+    #[arg(long)]
+    pub(crate) webhook: Option<String>,
     /// Worker threads of the generator's runtime.
     #[arg(long, default_value_t = 2)]
     pub(crate) threads: usize,
@@ -112,7 +129,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let threads = match &cli.command {
         Command::Run(args) => args.threads.max(1),
-        Command::Seed(_) => 2,
+        Command::Seed(_) | Command::Life(_) | Command::Receive(_) => 2,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
         Ok(r) => r,
@@ -125,6 +142,8 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Seed(args) => seed::run(args).await,
             Command::Run(args) => load::run(args).await,
+            Command::Life(args) => life::run(args).await,
+            Command::Receive(args) => deliveries::receive(args).await,
         }
     });
     match result {

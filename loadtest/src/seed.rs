@@ -23,6 +23,10 @@ pub(crate) struct SeedArgs {
     /// Days from tomorrow.
     #[arg(long, default_value_t = 14)]
     days: i32,
+    /// Leave the schema to the server (already migrated by the binary under test, which may
+    /// be older than this one's migrations).
+    #[arg(long)]
+    no_migrate: bool,
     /// Where the manifest goes.
     #[arg(long, default_value = "loadtest-seed.json")]
     out: PathBuf,
@@ -50,7 +54,9 @@ pub(crate) async fn run(args: SeedArgs) -> anyhow::Result<bool> {
     };
     let target = DatabaseTarget::parse(&args.database_url).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(!target.is_sqlite(), "the benchmark seeds PostgreSQL only");
-    Db::connect(&target, &settings).await?.migrate().await.context("migrating")?;
+    if !args.no_migrate {
+        Db::connect(&target, &settings).await?.migrate().await.context("migrating")?;
+    }
     let pool = sqlx::PgPool::connect(&args.database_url).await.context("connecting")?;
 
     let t = Instant::now();

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The lifecycle, waitlist and delivery figures of BENCHMARKS.md (issues 11, 12 and 13) against
+# the release server, on a fresh database with the 1.12 M-slot seed:
+#   1. the success path (64 connections, closed loop) alternating without and with telling
+#      people: every booked patient has an email address (sent to a local SMTP sink) and the
+#      partner has a webhook endpoint (a local receiver); the report after each "with" run
+#      gives the queues' drain time and each delivery's lag behind the booking's commit;
+#   2. holdSlot, and holdSlot then confirmAppointment, on the success path;
+#   3. cancelling 20,000 bookings without waiters, then 20,000 with 40 waiters per doctor-day
+#      (every cancel offers the freed seat, as a hold, to the one who waited longest);
+#   4. 100,000 holds expiring in the same second.
+# Every step ends with the invariant check on all slots.
+#
+#   PG=postgres://postgres@127.0.0.1:55432 REDIS=redis://127.0.0.1:56379/4 loadtest/features.sh
+#
+# Settings (environment): PG, DB (default lt_features), REDIS, PORT (18082), SMTP_PORT (12525),
+# HOOK_PORT (18092), SECONDS_EACH (15), CONNECTIONS (64), ROUNDS (2: without/with pairs), CANCELS
+# (20000), WAITERS (40), HOLDS (100000), SERVER_ENV (extra K=V words for the server), PY (a Python
+# with aiosmtpd, default target/py/bin/python as .ci/run installs it), BIN and LT (the binaries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
+DB=${DB:-lt_features}
+REDIS=${REDIS-redis://127.0.0.1:6379/4}
+PORT=${PORT:-18082}
+SMTP_PORT=${SMTP_PORT:-12525}
+HOOK_PORT=${HOOK_PORT:-18092}
+OUT=${OUT:-target/loadtest-features}
+PY=${PY:-target/py/bin/python}
+BIN=${BIN:-target/release/clinic-booking}
+LT=${LT:-target/release/clinic-loadtest}
+export JWT_SECRET=${JWT_SECRET:-loadtest-secret-0123456789abcdef}
+BASE="http://127.0.0.1:$PORT"
+mkdir -p "$OUT"
+DATABASE_URL="$PG/$DB"
+psql -X -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
+[ -n "$REDIS" ] && redis-cli -u "$REDIS" FLUSHDB > /dev/null
+
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+# The sink keeps nothing and stops when its standard input closes, which is when this script ends.
+"$PY" tests/servers/smtp_sink.py --discard --port "$SMTP_PORT" > "$OUT/smtp.log" 2>&1 \
+  < <(while kill -0 $$ 2>/dev/null; do sleep 1; done) &
+pids+=($!)
+"$LT" receive --port "$HOOK_PORT" > "$OUT/receiver.log" 2>&1 &
+pids+=($!)
+read -ra extra <<< "${SERVER_ENV:-}"
+env DATABASE_URL="$DATABASE_URL" ${REDIS:+REDIS_URL="$REDIS"} BIND_ADDR="127.0.0.1:$PORT" RUST_LOG=warn \
+  SMTP_URL="smtp://127.0.0.1:$SMTP_PORT" WEBHOOK_ALLOW_CIDRS=127.0.0.1/32 "${extra[@]}" \
+  "$BIN" serve > "$OUT/server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do curl -sf "$BASE/readyz" > /dev/null && break; sleep 0.2; done
+curl -s "$BASE/readyz"; echo
+"$LT" seed --no-migrate --database-url "$DATABASE_URL" --out "$OUT/seed.json"
+
+common=(--url "$BASE" --seed "$OUT/seed.json" --database-url "$DATABASE_URL")
+conns=${CONNECTIONS:-64}
+secs=${SECONDS_EACH:-15}
+step() { echo "== $*"; "$LT" "$@" || true; echo; }
+
+for _ in $(seq "${ROUNDS:-2}"); do
+  step run --scenario success --connections "$conns" --duration "$secs" "${common[@]}"
+  step run --scenario success --connections "$conns" --duration "$secs" "${common[@]}" \
+    --contacts --webhook "http://127.0.0.1:$HOOK_PORT/hook"
+done
+step life --scenario hold --connections "$conns" --duration "$secs" "${common[@]}"
+step life --scenario confirm --connections "$conns" --duration "$secs" "${common[@]}"
+step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" "${common[@]}"
+step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --waiters "${WAITERS:-40}" "${common[@]}"
+step life --scenario expiry --connections "$conns" --count "${HOLDS:-100000}" "${common[@]}"
+echo "== the SMTP sink and the receiver"
+tail -n1 "$OUT/smtp.log" "$OUT/receiver.log"
