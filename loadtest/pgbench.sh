@@ -5,7 +5,7 @@
 #
 #   DB=postgres://postgres@127.0.0.1:55432/lt LO=… HI=… loadtest/pgbench.sh
 #
-# Rows, each SECONDS (20) at CLIENTS ("8 32 64"):
+# Rows, each SECONDS_EACH (20) at CLIENTS ("8 32 64"):
 #   book            the statement as the service sends it (src/db/book_pg.rs)
 #   no-outbox       without its outbox insert
 #   no-exclusion    as sent, with the overlap exclusion constraint dropped (a copy database)
@@ -14,9 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 DB=${DB:?set DB to the seeded database URL}
-LO=${LO:?set LO and HI to the wide set's slot ids}
+LO=${LO:?set LO and HI to the slot ids of the wide set}
 HI=${HI:?}
-SECONDS_EACH=${SECONDS:-20}
+SECONDS_EACH=${SECONDS_EACH:-20}  # not SECONDS: bash counts its own seconds in it
 CLIENTS=${CLIENTS:-8 32 64}
 server=${DB%/*}
 name=${DB##*/}

@@ -22,6 +22,7 @@ pub mod facts;
 pub mod ics;
 mod record;
 pub mod render;
+pub mod smtp;
 pub mod texts;
 pub mod transport;
 mod worker;

@@ -4,6 +4,7 @@
 
 use std::{
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
@@ -13,6 +14,7 @@ use lettre::{
 };
 use percent_encoding::percent_decode_str;
 
+use super::smtp::PlainRelay;
 use crate::config::{SecretUrl, SmsGateway};
 
 /// Longest SMTP exchange of one message (connect, greeting, every command, the data).
@@ -33,8 +35,8 @@ pub struct SendError(pub String);
 pub enum EmailTransport {
     /// A mail server.
     Smtp {
-        /// lettre's pooled transport.
-        transport: AsyncSmtpTransport<Tokio1Executor>,
+        /// How it is reached.
+        relay: Relay,
         /// The URL without credentials, for logs.
         shown: String,
     },
@@ -42,21 +44,34 @@ pub enum EmailTransport {
     Files(PathBuf),
 }
 
+/// The SMTP client of a mail server.
+#[derive(Clone)]
+pub enum Relay {
+    /// `smtp://` without `tls=`: our own connections with `TCP_NODELAY` (see [`PlainRelay`]).
+    Plain(Arc<PlainRelay>),
+    /// TLS (`smtps://`, `tls=required|opportunistic`): lettre's pooled transport.
+    Tls(AsyncSmtpTransport<Tokio1Executor>),
+}
+
 impl EmailTransport {
     /// The transport of `SMTP_URL`, or files under `data_dir` without one; `concurrency`
     /// connections at most.
     pub fn new(url: Option<&SecretUrl>, data_dir: &Path, concurrency: usize) -> Result<Self, String> {
-        match url {
-            Some(url) => {
-                let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url.expose().as_str())
-                    .map_err(|e| format!("SMTP_URL={}: {e}", url.redacted()))?
-                    .timeout(Some(SMTP_TIMEOUT))
-                    .pool_config(PoolConfig::new().max_size(u32::try_from(concurrency).unwrap_or(u32::MAX)))
-                    .build();
-                Ok(Self::Smtp { transport, shown: url.redacted() })
-            }
-            None => Ok(Self::Files(data_dir.join("outbox-mail"))),
-        }
+        let Some(url) = url else {
+            return Ok(Self::Files(data_dir.join("outbox-mail")));
+        };
+        let plain = url.expose().scheme() == "smtp" && !url.expose().query_pairs().any(|(k, _)| k == "tls");
+        let relay = if plain {
+            Relay::Plain(Arc::new(PlainRelay::new(url.expose(), concurrency)?))
+        } else {
+            let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url.expose().as_str())
+                .map_err(|e| format!("SMTP_URL={}: {e}", url.redacted()))?
+                .timeout(Some(SMTP_TIMEOUT))
+                .pool_config(PoolConfig::new().max_size(u32::try_from(concurrency).unwrap_or(u32::MAX)))
+                .build();
+            Relay::Tls(transport)
+        };
+        Ok(Self::Smtp { relay, shown: url.redacted() })
     }
 
     /// Where emails go, for the start-up log.
@@ -70,7 +85,8 @@ impl EmailTransport {
     /// Sends message `id`.
     pub async fn send(&self, id: i64, message: &lettre::Message) -> Result<(), SendError> {
         match self {
-            Self::Smtp { transport, .. } => match transport.send(message.clone()).await {
+            Self::Smtp { relay: Relay::Plain(relay), .. } => relay.send(message).await,
+            Self::Smtp { relay: Relay::Tls(transport), .. } => match transport.send(message.clone()).await {
                 Ok(_) => Ok(()),
                 Err(e) if e.is_permanent() => Err(SendError(format!("the mail server refused it: {e}"))),
                 Err(e) => Err(SendError(format!("SMTP: {e}"))),

@@ -309,6 +309,33 @@ async fn a_message_waits_for_the_mail_server_to_come_back() {
 }
 
 #[tokio::test]
+async fn a_kept_connection_the_mail_server_closed_is_replaced_at_once() {
+    let Some(sink) = SmtpSink::start(None).await else {
+        return;
+    };
+    let port = sink.port;
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM)]).await;
+    set_contact(&app, &patient(961), json!({ "email": "p961@example.org" })).await;
+    let (_, slot) = app.doctor_with_slot(2).await;
+    book(&app, 961, &slot, "kept-1").await;
+    sink.wait_for(1).await;
+    // The server goes away with the service's connection still kept, and comes back.
+    drop(sink);
+    let Some(sink) = SmtpSink::start(Some(port)).await else {
+        return;
+    };
+    set_contact(&app, &patient(962), json!({ "email": "p962@example.org" })).await;
+    let second = book(&app, 962, &slot, "kept-2").await;
+    let sent = eventually("the second email marked sent", || async {
+        recorded(&app, &second).await.into_iter().find(|m| m.status == "SENT")
+    })
+    .await;
+    assert_eq!(sent.attempts, 1, "sent on a new connection in the same attempt: {sent:?}");
+    assert_eq!(sink.wait_for(1).await[0].rcpt_tos, ["p962@example.org"]);
+}
+
+#[tokio::test]
 async fn a_mail_server_refusing_with_5xx_for_a_while_is_retried() {
     let Some(sink) = SmtpSink::start_refusing(None, 2).await else {
         return;
