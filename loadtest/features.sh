@@ -7,7 +7,8 @@
 #      gives the queues' drain time and each delivery's lag behind the booking's commit;
 #   2. holdSlot, and holdSlot then confirmAppointment, on the success path;
 #   3. cancelling 20,000 bookings without waiters, then 20,000 with 40 waiters per doctor-day
-#      (every cancel offers the freed seat, as a hold, to the one who waited longest);
+#      (every cancel offers the freed seat, as a hold, to the one who waited longest), in booking
+#      order (one doctor-day at a time) and then both again in random order;
 #   4. 100,000 holds expiring in the same second.
 # Every step ends with the invariant check on all slots.
 #
@@ -16,7 +17,8 @@
 # Settings (environment): PG, DB (default lt_features), REDIS, PORT (18082), SMTP_PORT (12525),
 # HOOK_PORT (18092), SECONDS_EACH (15), CONNECTIONS (64), ROUNDS (2: without/with pairs), CANCELS
 # (20000), WAITERS (40), HOLDS (100000), SERVER_ENV (extra K=V words for the server), PY (a Python
-# with aiosmtpd, default target/py/bin/python as .ci/run installs it), BIN and LT (the binaries).
+# with aiosmtpd, default target/py/bin/python as .ci/run installs it), BIN and LT (the binaries),
+# DELIVERIES_ONLY (1: step 1 only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
@@ -63,10 +65,13 @@ for _ in $(seq "${ROUNDS:-2}"); do
   step run --scenario success --connections "$conns" --duration "$secs" "${common[@]}" \
     --contacts --webhook "http://127.0.0.1:$HOOK_PORT/hook"
 done
+[ "${DELIVERIES_ONLY:-0}" = 1 ] && exit 0
 step life --scenario hold --connections "$conns" --duration "$secs" "${common[@]}"
 step life --scenario confirm --connections "$conns" --duration "$secs" "${common[@]}"
 step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" "${common[@]}"
 step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --waiters "${WAITERS:-40}" "${common[@]}"
+step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --shuffle "${common[@]}"
+step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --waiters "${WAITERS:-40}" --shuffle "${common[@]}"
 step life --scenario expiry --connections "$conns" --count "${HOLDS:-100000}" "${common[@]}"
 echo "== the SMTP sink and the receiver"
 tail -n1 "$OUT/smtp.log" "$OUT/receiver.log"

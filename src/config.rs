@@ -347,8 +347,9 @@ pub struct Config {
     pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
-    /// Worker threads of the booking lane, the runtime the operations that move seats run on so
-    /// they never queue behind reads (`BOOKING_LANE_THREADS`, default 2; 0: on the main runtime).
+    /// Worker threads of the booking lane, a runtime of its own for the operations that move
+    /// seats (`BOOKING_LANE_THREADS`, default 0: on the main runtime; on two cores the lane made
+    /// bookings slower in every alternating run, BENCHMARKS.md fifth pass).
     pub booking_lane_threads: usize,
     /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
     pub waitlist_offer_ttl: Duration,
@@ -778,7 +779,7 @@ impl Config {
                 "HOLD_TTL_SECS",
             )?),
             booking_lane_threads: at_most(
-                parse(&get, "BOOKING_LANE_THREADS", Some(2), "a number of threads (0: none of its own)")?,
+                parse(&get, "BOOKING_LANE_THREADS", Some(0), "a number of threads (0: none of its own)")?,
                 64,
                 "BOOKING_LANE_THREADS",
             )?,

@@ -3,6 +3,7 @@
 -- statement (its own transaction, one round trip). pgbench -D lo=… -D hi=… picks the slots:
 -- a capacity-2e9 set commits every time (the success path), a full set refuses every time.
 -- Random patients and keys: no overlap, no key collision.
+-- 'partner:' || 'pgbench' is one literal to PostgreSQL; pgbench would read :pgbench in it as a variable.
 \set s random(:lo, :hi)
 \set p random(1, 1000000000000)
 \set k random(1, 9000000000000000000)
@@ -13,7 +14,7 @@ WITH s AS (
 ), a AS (
   INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at,
                            start_at, end_at, slot_count, expires_at)
-  SELECT s.id, :p, 'BOOKED', 'partner:pgbench', 'pgb-' || :client_id || '-' || :k,
+  SELECT s.id, :p, 'BOOKED', 'partner:' || 'pgbench', 'pgb-' || :client_id || '-' || :k,
          'a3f5c0ffee0b5e1d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0998877665', now(), s.start_at, s.end_at, 1, NULL
   FROM s
   RETURNING id

@@ -1,4 +1,5 @@
 -- book.sql without the outbox insert: what the outbox costs the database per booking.
+-- 'partner:' || 'pgbench' is one literal to PostgreSQL; pgbench would read :pgbench in it as a variable.
 \set s random(:lo, :hi)
 \set p random(1, 1000000000000)
 \set k random(1, 9000000000000000000)
@@ -9,7 +10,7 @@ WITH s AS (
 ), a AS (
   INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at,
                            start_at, end_at, slot_count, expires_at)
-  SELECT s.id, :p, 'BOOKED', 'partner:pgbench', 'pgb-' || :client_id || '-' || :k,
+  SELECT s.id, :p, 'BOOKED', 'partner:' || 'pgbench', 'pgb-' || :client_id || '-' || :k,
          'a3f5c0ffee0b5e1d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0998877665', now(), s.start_at, s.end_at, 1, NULL
   FROM s
   RETURNING id

@@ -17,6 +17,9 @@ use serde_json::json;
 
 use crate::load::gql;
 
+/// Queued, delivered, attempts, and the lag's p50, p99 and max in seconds.
+type Lags = (i64, i64, i64, Option<f64>, Option<f64>, Option<f64>);
+
 /// How long the report waits for the queues to drain.
 const DRAIN: Duration = Duration::from_secs(180);
 
@@ -32,7 +35,9 @@ pub(crate) struct ReceiveArgs {
 pub(crate) async fn receive(args: ReceiveArgs) -> anyhow::Result<bool> {
     let count = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&count);
-    let app = axum::Router::new().fallback(move || {
+    // The body is read before the answer: a server answering first and closing the connection
+    // on the unread body makes the sender see a reset, count a failed attempt and send again.
+    let app = axum::Router::new().fallback(move |_body: axum::body::Bytes| {
         let counter = Arc::clone(&counter);
         async move {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -139,8 +144,8 @@ pub(crate) async fn report(database_url: &str, since_id: i64) -> anyhow::Result<
     );
     // Lag: from the booking's commit to the message handed to the mail server, or to the
     // receiver's answer.
-    let mail: (i64, i64, Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'SENT'), \
+    let mail: Lags = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'SENT'), coalesce(sum(attempts), 0)::bigint, \
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - committed_at)), \
                 percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - committed_at)), \
                 max(extract(epoch FROM sent_at - committed_at))::float8 \
@@ -150,13 +155,13 @@ pub(crate) async fn report(database_url: &str, since_id: i64) -> anyhow::Result<
     .fetch_one(&pool)
     .await
     .context("measuring the messages")?;
-    let hooks: (i64, i64, Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
-        "WITH l AS (SELECT d.status, extract(epoch FROM t.started_at + t.duration_ms * interval '1 millisecond' \
+    let hooks: Lags = sqlx::query_as(
+        "WITH l AS (SELECT d.status, d.attempts, extract(epoch FROM t.started_at + t.duration_ms * interval '1 millisecond' \
                                                    - a.created_at) AS lag \
                     FROM webhook_delivery d JOIN appointment a ON a.id = d.appointment_id \
                     LEFT JOIN webhook_attempt t ON t.delivery_id = d.id AND t.attempt = d.attempts \
                     WHERE d.appointment_id > $1) \
-         SELECT count(*), count(*) FILTER (WHERE status = 'SUCCEEDED'), \
+         SELECT count(*), count(*) FILTER (WHERE status = 'SUCCEEDED'), coalesce(sum(attempts), 0)::bigint, \
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag), \
                 max(lag)::float8 FROM l",
     )
@@ -164,9 +169,10 @@ pub(crate) async fn report(database_url: &str, since_id: i64) -> anyhow::Result<
     .fetch_one(&pool)
     .await
     .context("measuring the webhooks")?;
-    let line = |what: &str, (n, ok, p50, p99, max): (i64, i64, Option<f64>, Option<f64>, Option<f64>)| {
+    let line = |what: &str, (n, ok, attempts, p50, p99, max): Lags| {
         println!(
-            "{what}: {n} queued, {ok} delivered; lag behind the commit p50 {:.3} s, p99 {:.3} s, max {:.3} s",
+            "{what}: {n} queued, {ok} delivered in {attempts} attempts; lag behind the commit p50 {:.3} s, \
+             p99 {:.3} s, max {:.3} s",
             p50.unwrap_or(0.0),
             p99.unwrap_or(0.0),
             max.unwrap_or(0.0)

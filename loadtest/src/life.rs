@@ -26,6 +26,7 @@ use std::{
 
 use anyhow::Context;
 use clinic_booking::{auth::TokenIssuer, config::Secret};
+use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 
 use crate::{
@@ -86,6 +87,10 @@ pub(crate) struct LifeArgs {
     /// Cancel: patients waiting on every doctor-day of the cancelled bookings.
     #[arg(long, default_value_t = 0)]
     waiters: usize,
+    /// Cancel in random order (default: in booking order, so the connections cancel the seats
+    /// of one or two doctor-days at a time, which then queue for the same waitlist).
+    #[arg(long)]
+    shuffle: bool,
 }
 
 /// One operation's latencies (µs) and outcome counts.
@@ -315,7 +320,11 @@ pub(crate) async fn run(args: LifeArgs) -> anyhow::Result<bool> {
                 println!("set-up: {} waiters on each of {} doctor-days", w, joins.len());
                 healthy &= api.recorder.report(took);
             }
-            let ids = Arc::new(std::mem::take(&mut *booked.lock().unwrap_or_else(PoisonError::into_inner)));
+            let mut ids = std::mem::take(&mut *booked.lock().unwrap_or_else(PoisonError::into_inner));
+            if args.shuffle {
+                ids.shuffle(&mut rand::thread_rng());
+            }
+            let ids = Arc::new(ids);
             let (a, i2) = (Arc::clone(&api), Arc::clone(&ids));
             let elapsed = drive(conns, ids.len(), None, move |i| {
                 let (a, i2) = (Arc::clone(&a), Arc::clone(&i2));

@@ -241,3 +241,22 @@ async fn concurrent_writes_of_every_kind_never_fail() {
     assert!(failures.is_empty(), "{} of the writes failed: {failures:#?}", failures.len());
     apps[0].assert_counts_consistent().await;
 }
+
+/// The booking lane (off by default) ends the races the same way: ten seats for 200 patients,
+/// and 50 concurrent retries of one key, with the seat operations on a runtime of their own.
+#[tokio::test]
+async fn with_the_booking_lane_the_races_end_the_same() {
+    let db = TestDatabase::new().await;
+    let settings = [NO_LIMIT, &[("BOOKING_LANE_THREADS", "2")]].concat();
+    let apps = vec![Arc::new(TestApp::spawn_on(&db, &settings).await)];
+    let (_, slot) = apps[0].doctor_with_slot(10).await;
+    let answers = race(&apps, 200, &slot, |i| patient(7000 + i as u64), |i| format!("k{i}"), None).await;
+    assert_eq!(booked(&answers), 10);
+    let (_, one) = apps[0].doctor_with_slot(1).await;
+    let token = partner("lane-client");
+    let answers = race(&apps, 50, &one, |_| token.clone(), |_| "lane-key".into(), Some("43")).await;
+    let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
+    assert_eq!(ids.len(), 50, "every retry answers with the appointment: {answers:?}");
+    assert!(ids.iter().all(|id| *id == ids[0]));
+    apps[0].assert_counts_consistent().await;
+}
