@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::{
     check,
-    load::{hot_set, mint, BOOK_MUTATION, WIDE_CAPACITY},
+    load::{failed, hot_set, mint, percentile_ms, BOOK_MUTATION, WIDE_CAPACITY},
     seed::Manifest,
 };
 
@@ -121,11 +121,8 @@ impl Recorder {
         let mut healthy = true;
         for (name, (lat, outcomes)) in ops.iter_mut() {
             lat.sort_unstable();
-            let pct = |p: f64| {
-                let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
-                lat.get(i).copied().unwrap_or(0) as f64 / 1000.0
-            };
-            healthy &= !outcomes.keys().any(|k| k.starts_with("http_5") || k == "transport_error");
+            let pct = |p: f64| percentile_ms(lat, p);
+            healthy &= !outcomes.keys().any(|k| failed(k));
             let list: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}:{v}")).collect();
             println!(
                 "{name:<8} {:>9} {:>11.1} {:>8.2} {:>8.2} {:>8.2} {:>9.2}  {}",

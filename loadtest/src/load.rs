@@ -387,18 +387,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }
         stats.latencies_us.sort_unstable();
         let lat = &stats.latencies_us;
-        let pct = |p: f64| -> f64 {
-            let i = ((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
-            lat.get(i).copied().unwrap_or(0) as f64 / 1000.0
-        };
+        let pct = |p: f64| percentile_ms(lat, p);
         let elapsed = stats.last_done.map_or(duration, |t| t.saturating_duration_since(start)).max(duration);
         let outcomes: Vec<String> = stats.outcomes.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-        let bad: u64 = stats
-            .outcomes
-            .iter()
-            .filter(|(k, _)| k.starts_with("http_5") || k.as_str() == "transport_error")
-            .map(|(_, v)| v)
-            .sum();
+        let bad: u64 = stats.outcomes.iter().filter(|(k, _)| failed(k)).map(|(_, v)| v).sum();
         healthy &= bad == 0 && stats.skipped == 0;
         println!(
             "{name:<5} {:>9} {:>11.1} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2}  {}{}",
@@ -447,6 +439,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     Ok(healthy)
 }
 
+/// The `p` quantile of `sorted` (µs, ascending), in ms; 0 for none.
+pub(crate) fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len().max(1)) - 1;
+    sorted.get(i).copied().unwrap_or(0) as f64 / 1000.0
+}
+
+/// Whether an outcome is the server failing (a 5xx) or the connection (no answer).
+pub(crate) fn failed(outcome: &str) -> bool {
+    outcome.starts_with("http_5") || outcome == "transport_error"
+}
+
 /// Sends at fixed intended times (`rate` per second for `duration`), whatever the answers do.
 async fn open_loop(
     ctx: Arc<Ctx>,
@@ -489,8 +492,7 @@ fn print_timeline(name: &str, timeline: &[(u64, u64)]) {
         .into_iter()
         .map(|(sec, mut lats)| {
             lats.sort_unstable();
-            let p99 = lats[((lats.len() * 99).div_ceil(100)).clamp(1, lats.len()) - 1];
-            format!("{sec}s:{:.1}/{:.1}", p99 as f64 / 1000.0, lats.last().copied().unwrap_or(0) as f64 / 1000.0)
+            format!("{sec}s:{:.1}/{:.1}", percentile_ms(&lats, 0.99), lats.last().copied().unwrap_or(0) as f64 / 1000.0)
         })
         .collect();
     println!("  {name} p99/max ms by second: {}", line.join(" "));

@@ -19,7 +19,7 @@ use lettre::transport::smtp::{
 };
 use percent_encoding::percent_decode_str;
 
-use super::transport::{SendError, SMTP_TIMEOUT};
+use super::transport::{smtp_error, SendError, SMTP_TIMEOUT};
 
 /// SMTP's own port, the default of `smtp://` as lettre has it.
 const SMTP_PORT: u16 = 25;
@@ -146,8 +146,8 @@ async fn within_timeout<T>(
 ) -> Result<T, Failure> {
     match tokio::time::timeout(SMTP_TIMEOUT, exchange).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) if e.is_permanent() => Err(Failure::Refused(SendError(format!("the mail server refused it: {e}")))),
-        Ok(Err(e)) => Err(Failure::Broken(SendError(format!("SMTP: {e}")))),
+        Ok(Err(e)) if e.is_permanent() => Err(Failure::Refused(smtp_error(&e))),
+        Ok(Err(e)) => Err(Failure::Broken(smtp_error(&e))),
         Err(_) => Err(Failure::Broken(SendError(format!("SMTP: no answer within {} s", SMTP_TIMEOUT.as_secs())))),
     }
 }

@@ -86,13 +86,20 @@ impl EmailTransport {
     pub async fn send(&self, id: i64, message: &lettre::Message) -> Result<(), SendError> {
         match self {
             Self::Smtp { relay: Relay::Plain(relay), .. } => relay.send(message).await,
-            Self::Smtp { relay: Relay::Tls(transport), .. } => match transport.send(message.clone()).await {
-                Ok(_) => Ok(()),
-                Err(e) if e.is_permanent() => Err(SendError(format!("the mail server refused it: {e}"))),
-                Err(e) => Err(SendError(format!("SMTP: {e}"))),
-            },
+            Self::Smtp { relay: Relay::Tls(transport), .. } => {
+                transport.send(message.clone()).await.map(|_| ()).map_err(|e| smtp_error(&e))
+            }
             Self::Files(dir) => write_file(dir, &format!("{id}.eml"), &message.formatted()).await,
         }
+    }
+}
+
+/// What a failed SMTP exchange says in the message's `last_error`.
+pub(super) fn smtp_error(e: &lettre::transport::smtp::Error) -> SendError {
+    if e.is_permanent() {
+        SendError(format!("the mail server refused it: {e}"))
+    } else {
+        SendError(format!("SMTP: {e}"))
     }
 }
 
