@@ -347,6 +347,9 @@ pub struct Config {
     pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
+    /// How often the expiry job looks for holds that ran out (`HOLD_EXPIRY_POLL_MS`, default
+    /// 1000: with a batch's time on top, well within the five seconds the contract allows).
+    pub hold_expiry_interval: Duration,
     /// Worker threads of the booking lane, a runtime of its own for the operations that move
     /// seats (`BOOKING_LANE_THREADS`, default 0: on the main runtime; on two cores the lane made
     /// bookings slower in every alternating run, BENCHMARKS.md fifth pass).
@@ -778,6 +781,11 @@ impl Config {
                 1,
                 "HOLD_TTL_SECS",
             )?),
+            hold_expiry_interval: Duration::from_millis(at_least(
+                parse(&get, "HOLD_EXPIRY_POLL_MS", Some(1000), "a number of milliseconds")?,
+                10,
+                "HOLD_EXPIRY_POLL_MS",
+            )?),
             booking_lane_threads: at_most(
                 parse(&get, "BOOKING_LANE_THREADS", Some(0), "a number of threads (0: none of its own)")?,
                 64,
@@ -1061,6 +1069,7 @@ mod tests {
             ("DB_STATEMENT_TIMEOUT_MS", "50"),
             ("HOLD_TTL_SECS", "0"),
             ("HOLD_TTL_SECS", "10m"),
+            ("HOLD_EXPIRY_POLL_MS", "5"),
             ("WAITLIST_OFFER_SECS", "0"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");

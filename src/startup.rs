@@ -7,7 +7,7 @@ use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
-    booking::{BookingService, ExpiryJob, EXPIRY_INTERVAL},
+    booking::{BookingService, ExpiryJob},
     config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
     events::{FollowUp, Live, LiveSettings, LiveTasks},
@@ -271,7 +271,8 @@ impl Application {
             .with_hold_ttl(config.hold_ttl)
             .with_offer_ttl(config.waitlist_offer_ttl);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let jobs = Jobs { handles: vec![ExpiryJob::start(service.clone(), EXPIRY_INTERVAL, stopping)], stop };
+        let jobs =
+            Jobs { handles: vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let more = MoreServices { webhooks: Some(webhook_service) };
         let schema = build_schema_with(limits, Some(service.clone()), more.clone());

@@ -21,10 +21,6 @@ use crate::{
 /// Holds expired by one transaction.
 const EXPIRY_BATCH: u64 = 1000;
 
-/// How often the job looks for due holds: with a batch's time on top, well within the five
-/// seconds the contract allows after `expiresAt`.
-pub const EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
-
 impl BookingService {
     /// Expires every hold due now, batch by batch; returns how many this call expired.
     pub async fn expire_due_holds(&self) -> Result<usize, ServiceError> {

@@ -30,7 +30,7 @@ pub use cancel::Cancelled;
 pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
 pub use error::{Refusal, RefusalCode, ServiceError};
-pub use expire::{ExpiryJob, EXPIRY_INTERVAL};
+pub use expire::ExpiryJob;
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
 pub use reschedule::{RescheduleRequest, Rescheduled};
