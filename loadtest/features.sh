@@ -2,7 +2,8 @@
 # The lifecycle, waitlist and delivery figures of BENCHMARKS.md (issues 11, 12 and 13) against
 # the release server, on a fresh database with the 1.12 M-slot seed:
 #   1. the success path (64 connections, closed loop) alternating without and with telling
-#      people: every booked patient has an email address (sent to a local SMTP sink) and the
+#      people: every booked patient has an email address (sent to a local SMTP sink,
+#      `clinic-loadtest smtp-sink`, or aiosmtpd with SINK=py) and the
 #      partner has a webhook endpoint (a local receiver); the report after each "with" run
 #      gives the queues' drain time and each delivery's lag behind the booking's commit;
 #   2. holdSlot, and holdSlot then confirmAppointment, on the success path;
@@ -16,7 +17,8 @@
 #
 # Settings (environment): PG, DB (default lt_features), REDIS, PORT (18082), SMTP_PORT (12525),
 # HOOK_PORT (18092), SECONDS_EACH (15), CONNECTIONS (64), ROUNDS (2: without/with pairs), CANCELS
-# (20000), WAITERS (40), HOLDS (100000), SERVER_ENV (extra K=V words for the server), PY (a Python
+# (20000), WAITERS (40), HOLDS (100000), SERVER_ENV (extra K=V words for the server), SINK (rust,
+# the default, or py: aiosmtpd, which tops out at ~1,200 messages/s per core here), PY (a Python
 # with aiosmtpd, default target/py/bin/python as .ci/run installs it), BIN and LT (the binaries),
 # DELIVERIES_ONLY (1: step 1 only).
 set -euo pipefail
@@ -40,9 +42,13 @@ psql -X -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREA
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
-# The sink keeps nothing and stops when its standard input closes, which is when this script ends.
-"$PY" tests/servers/smtp_sink.py --discard --port "$SMTP_PORT" > "$OUT/smtp.log" 2>&1 \
-  < <(while kill -0 $$ 2>/dev/null; do sleep 1; done) &
+if [ "${SINK:-rust}" = py ]; then
+  # The sink keeps nothing and stops when its standard input closes, which is when this script ends.
+  "$PY" tests/servers/smtp_sink.py --discard --port "$SMTP_PORT" > "$OUT/smtp.log" 2>&1 \
+    < <(while kill -0 $$ 2>/dev/null; do sleep 1; done) &
+else
+  "$LT" smtp-sink --port "$SMTP_PORT" > "$OUT/smtp.log" 2>&1 &
+fi
 pids+=($!)
 "$LT" receive --port "$HOOK_PORT" > "$OUT/receiver.log" 2>&1 &
 pids+=($!)

@@ -24,6 +24,10 @@ use crate::{
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
+/// Connections of the delivery workers' pool: the message worker's one, the webhook worker's
+/// claims and its batches of outcomes (three at once), and its attempts' rare single writes.
+const DELIVERY_CONNECTIONS: u32 = 6;
+
 /// Why an instance could not start: one line that names the setting, its value (without a
 /// password) and the cause, said once (no chain of sources repeating it).
 #[derive(Debug, thiserror::Error)]
@@ -230,8 +234,10 @@ impl Application {
         let max_attempts = i32::try_from(config.webhook_retry_schedule.len() + 1).unwrap_or(i32::MAX);
         let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
         let recorder = WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell));
+        // The delivery workers' own connections, whose claims and outcomes need no WAL flush.
+        let deliveries_db = db.relaxed_commit(DELIVERY_CONNECTIONS);
         let webhook_tasks = webhooks::sender::start(
-            db.clone(),
+            deliveries_db.clone(),
             SenderSettings {
                 schedule: config.webhook_retry_schedule.clone(),
                 timeout: config.webhook_timeout,
@@ -246,7 +252,7 @@ impl Application {
         // Telling people: the relay records messages, this instance's worker sends them.
         let notify = NotifySettings::from_config(&config).map_err(StartupError::Notify)?;
         notify.announce(config.single_process());
-        let (messages, notify_tasks) = crate::notify::start(db.clone(), notify);
+        let (messages, notify_tasks) = crate::notify::start(deliveries_db, notify);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),

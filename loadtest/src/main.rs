@@ -12,6 +12,7 @@
 //!   `--contacts` and `--webhook` add the deliveries of every booking and their lag.
 //! - `life`: the lifecycle's figures (holds, confirms, cancels with waiters, mass expiry).
 //! - `receive`: the webhook receiver of `run --webhook`.
+//! - `smtp-sink`: an SMTP server that accepts every message and keeps none, for the same runs.
 
 mod check;
 mod deliveries;
@@ -19,6 +20,7 @@ mod feed;
 mod life;
 mod load;
 mod seed;
+mod smtp_sink;
 
 use std::path::PathBuf;
 
@@ -42,6 +44,8 @@ enum Command {
     Life(life::LifeArgs),
     /// A webhook receiver for `run --webhook`: answers every POST 204.
     Receive(deliveries::ReceiveArgs),
+    /// An SMTP server for `run --contacts`: accepts every message, keeps none.
+    SmtpSink(smtp_sink::SinkArgs),
 }
 
 /// What a run sends.
@@ -129,7 +133,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let threads = match &cli.command {
         Command::Run(args) => args.threads.max(1),
-        Command::Seed(_) | Command::Life(_) | Command::Receive(_) => 2,
+        Command::Seed(_) | Command::Life(_) | Command::Receive(_) | Command::SmtpSink(_) => 2,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
         Ok(r) => r,
@@ -144,6 +148,7 @@ fn main() -> std::process::ExitCode {
             Command::Run(args) => load::run(args).await,
             Command::Life(args) => life::run(args).await,
             Command::Receive(args) => deliveries::receive(args).await,
+            Command::SmtpSink(args) => smtp_sink::run(args).await,
         }
     });
     match result {

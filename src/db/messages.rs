@@ -152,7 +152,9 @@ pub async fn record(
 /// Claims up to `limit` pending messages due at `now`: each gets the lease `lease_until`
 /// (which is also when it becomes due again, should this attempt never report) and one more
 /// attempt counted. On PostgreSQL the candidates are locked `SKIP LOCKED`, so workers of
-/// several instances claim disjoint messages; SQLite runs one writer at a time.
+/// several instances claim disjoint messages; SQLite runs one writer at a time. The order is
+/// the due index's own (`next_attempt_at` alone): a tie-break on `id` made every claim read and
+/// sort the whole backlog, 8 ms a claim at 40,000 due.
 pub async fn claim(
     db: &Db,
     limit: usize,
@@ -164,7 +166,7 @@ pub async fn claim(
     let sql = format!(
         "UPDATE patient_message SET next_attempt_at = $1, locked_until = $1, attempts = attempts + 1 \
          WHERE id IN (SELECT id FROM patient_message WHERE status = 'PENDING' AND next_attempt_at <= $2 \
-                      ORDER BY next_attempt_at, id LIMIT $3{lock}) \
+                      ORDER BY next_attempt_at LIMIT $3{lock}) \
          RETURNING *"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);

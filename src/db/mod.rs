@@ -122,6 +122,9 @@ pub struct Db {
     gate: Option<write::Gate>,
     /// SQLite: how to open the connection of its own that [`Db::migrate`] uses.
     sqlite: Option<SqliteConnectOptions>,
+    /// PostgreSQL: how its connections were opened (for [`Db::relaxed_commit`]), and the
+    /// acquire timeout of its pool.
+    pg: Option<(PgConnectOptions, Duration)>,
 }
 
 impl Db {
@@ -132,6 +135,7 @@ impl Db {
         let mut hot = None;
         let mut gate = None;
         let mut sqlite = None;
+        let mut pg = None;
         let mut conn = match target {
             DatabaseTarget::Postgres(url) => {
                 let timeout_ms = settings.statement_timeout.as_millis().to_string();
@@ -149,8 +153,9 @@ impl Db {
                     .connect_with(options.clone())
                     .await?;
                 if settings.hot_connections > 0 {
-                    hot = Some(Arc::new(hot::HotConnections::new(options, settings.hot_connections)));
+                    hot = Some(Arc::new(hot::HotConnections::new(options.clone(), settings.hot_connections)));
                 }
+                pg = Some((options, settings.acquire_timeout));
                 SqlxPostgresConnector::from_sqlx_postgres_pool(pool)
             }
             DatabaseTarget::Sqlite(path) => {
@@ -183,7 +188,38 @@ impl Db {
         let statements = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&statements);
         conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
-        Ok(Self { conn, statements, hot, gate, sqlite })
+        Ok(Self { conn, statements, hot, gate, sqlite, pg })
+    }
+
+    /// The same database through a pool of `max_connections` whose transactions commit without
+    /// waiting for the WAL flush (`synchronous_commit = off`), sharing this one's statement
+    /// count; SQLite: this very pool.
+    ///
+    /// For the delivery workers' claims and outcomes only. Such a commit is visible at once and
+    /// durable within a fraction of a second; only a crash of PostgreSQL itself in between can
+    /// undo it, and undoing a claim or an outcome makes the message go again (the at-least-once
+    /// repeat the workers already allow for, with the same id), never lose one. Under load it
+    /// takes the workers' commits out of the queue for the WAL flush that bookings wait in.
+    pub fn relaxed_commit(&self, max_connections: u32) -> Self {
+        let Some((options, acquire_timeout)) = &self.pg else {
+            return self.clone();
+        };
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(*acquire_timeout)
+            .test_before_acquire(false)
+            .connect_lazy_with(options.clone().options([("synchronous_commit", "off")]));
+        let mut conn = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
+        let counter = Arc::clone(&self.statements);
+        conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
+        Self {
+            conn,
+            statements: Arc::clone(&self.statements),
+            hot: None,
+            gate: None,
+            sqlite: None,
+            pg: self.pg.clone(),
+        }
     }
 
     /// The connection pool, for queries and transactions.

@@ -8,13 +8,15 @@
 //! the token is still its own; a worker that stopped without writing one leaves the delivery
 //! due again when the lease ends.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use sea_orm::{
     sea_query::{Expr, ExprTrait},
     ActiveModelTrait,
     ActiveValue::Set,
     ColumnTrait, ConnectionTrait, DbBackend, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder,
-    QuerySelect, Statement,
+    QuerySelect, Statement, Value,
 };
 
 use super::{
@@ -314,45 +316,52 @@ pub enum Next {
     Disable,
 }
 
-/// Writes an attempt: its log row, and the delivery's new state while the claim is still the
-/// worker's (otherwise only the count and the last answer: a redelivery or another worker
-/// decides what comes next). `Disable` also disables the endpoint and fails what is pending
-/// for it. Returns whether the claim was still the worker's.
+/// Attempts written per statement (7 values each on PostgreSQL).
+const RECORD_CHUNK: usize = 128;
+
+/// Writes an attempt: see [`record_attempts`]. Returns whether the claim was still the worker's.
 pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
+    Ok(record_attempts(db, std::slice::from_ref(a)).await?.first().copied().unwrap_or(false))
+}
+
+/// Writes attempts in one transaction: each one's log row, and its delivery's new state while
+/// the claim is still the worker's (otherwise only the count and the last answer: a redelivery
+/// or another worker decides what comes next). `Disable` also disables the endpoint and fails
+/// what is pending for it. Returns, for each attempt, whether its claim was still the worker's.
+///
+/// On PostgreSQL the claimed deliveries move in one statement per [`RECORD_CHUNK`], so a busy
+/// worker's outcomes cost a few statements and one commit, not four statements and a commit each.
+pub async fn record_attempts(db: &Db, attempts: &[Attempt]) -> Result<Vec<bool>, StoreError> {
     use delivery::Column as D;
+    if attempts.is_empty() {
+        return Ok(Vec::new());
+    }
     let tx = db.begin_write().await?;
-    let (status, next_at) = match a.next {
-        Next::Succeeded => (SUCCEEDED, None),
-        Next::Retry(at) => (PENDING, Some(at)),
-        Next::Failed | Next::Disable => (FAILED, None),
-    };
-    // The update comes first: on SQLite the transaction then holds the write lock from its start.
-    let owned = delivery::Entity::update_many()
-        .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
-        .col_expr(D::LastStatusCode, Expr::value(a.status_code))
-        .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
-        .col_expr(D::LastError, Expr::value(a.error.clone()))
-        .col_expr(D::Status, Expr::value(status))
-        .col_expr(D::NextAttemptAt, Expr::value(next_at))
-        .col_expr(D::LeaseToken, Expr::value(Option::<i64>::None))
-        .filter(D::Id.eq(a.delivery_id))
-        .filter(D::LeaseToken.eq(a.token))
-        .exec(&tx)
-        .await?
-        .rows_affected
-        > 0;
-    if !owned {
-        delivery::Entity::update_many()
+    // The updates come first: on SQLite the transaction then holds the write lock from its start.
+    let mut owned = HashSet::with_capacity(attempts.len());
+    for chunk in attempts.chunks(RECORD_CHUNK) {
+        owned.extend(settle_claimed(&tx, chunk).await?);
+    }
+    // A delivery whose row is locked by this transaction cannot go away before it commits.
+    let mut present = owned.clone();
+    for a in attempts.iter().filter(|a| !owned.contains(&a.delivery_id)) {
+        let touched = delivery::Entity::update_many()
             .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
             .col_expr(D::LastStatusCode, Expr::value(a.status_code))
             .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
             .col_expr(D::LastError, Expr::value(a.error.clone()))
             .filter(D::Id.eq(a.delivery_id))
             .exec(&tx)
-            .await?;
+            .await?
+            .rows_affected;
+        if touched > 0 {
+            present.insert(a.delivery_id);
+        }
     }
-    if delivery::Entity::find_by_id(a.delivery_id).count(&tx).await? > 0 {
-        attempt::ActiveModel {
+    let logged: Vec<attempt::ActiveModel> = attempts
+        .iter()
+        .filter(|a| present.contains(&a.delivery_id))
+        .map(|a| attempt::ActiveModel {
             delivery_id: Set(a.delivery_id),
             attempt: Set(a.number),
             started_at: Set(a.started_at),
@@ -360,11 +369,12 @@ pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
             status_code: Set(a.status_code),
             error: Set(a.error.clone()),
             ..Default::default()
-        }
-        .insert(&tx)
-        .await?;
+        })
+        .collect();
+    for chunk in logged.chunks(RECORD_CHUNK) {
+        attempt::Entity::insert_many(chunk.to_vec()).exec_without_returning(&tx).await?;
     }
-    if a.next == Next::Disable {
+    for a in attempts.iter().filter(|a| a.next == Next::Disable) {
         endpoint::Entity::update_many()
             .col_expr(endpoint::Column::Enabled, Expr::value(false))
             .col_expr(endpoint::Column::DisabledAt, Expr::value(Some(a.started_at)))
@@ -382,7 +392,86 @@ pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
             .await?;
     }
     tx.commit().await?;
-    Ok(owned)
+    Ok(attempts.iter().map(|a| owned.contains(&a.delivery_id)).collect())
+}
+
+/// The status and next attempt a delivery takes after `a`.
+fn outcome(a: &Attempt) -> (&'static str, Option<DateTime<Utc>>) {
+    match a.next {
+        Next::Succeeded => (SUCCEEDED, None),
+        Next::Retry(at) => (PENDING, Some(at)),
+        Next::Failed | Next::Disable => (FAILED, None),
+    }
+}
+
+/// Gives each delivery of `chunk` still claimed under its attempt's token its new state;
+/// returns the ids it moved.
+async fn settle_claimed(conn: &impl ConnectionTrait, chunk: &[Attempt]) -> Result<Vec<i64>, StoreError> {
+    use delivery::Column as D;
+    let backend = conn.get_database_backend();
+    if backend != DbBackend::Postgres {
+        let mut moved = Vec::with_capacity(chunk.len());
+        for a in chunk {
+            let (status, next_at) = outcome(a);
+            let touched = delivery::Entity::update_many()
+                .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
+                .col_expr(D::LastStatusCode, Expr::value(a.status_code))
+                .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
+                .col_expr(D::LastError, Expr::value(a.error.clone()))
+                .col_expr(D::Status, Expr::value(status))
+                .col_expr(D::NextAttemptAt, Expr::value(next_at))
+                .col_expr(D::LeaseToken, Expr::value(Option::<i64>::None))
+                .filter(D::Id.eq(a.delivery_id))
+                .filter(D::LeaseToken.eq(a.token))
+                .exec(conn)
+                .await?
+                .rows_affected;
+            if touched > 0 {
+                moved.push(a.delivery_id);
+            }
+        }
+        return Ok(moved);
+    }
+    const COLUMNS: usize = 7;
+    let rows: Vec<String> = (0..chunk.len())
+        .map(|i| {
+            let p = i * COLUMNS;
+            format!(
+                "(${}::bigint, ${}::bigint, ${}::integer, ${}::timestamptz, ${}::text, ${}::text, ${}::timestamptz)",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5,
+                p + 6,
+                p + 7
+            )
+        })
+        .collect();
+    let sql = format!(
+        "UPDATE webhook_delivery d SET attempts = d.attempts + 1, last_status_code = v.code, \
+           last_attempt_at = v.started_at, last_error = v.error, status = v.status, \
+           next_attempt_at = v.next_at, lease_token = NULL \
+         FROM (VALUES {}) AS v(id, token, code, started_at, error, status, next_at) \
+         WHERE d.id = v.id AND d.lease_token = v.token \
+         RETURNING d.id",
+        rows.join(", ")
+    );
+    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
+    for a in chunk {
+        let (status, next_at) = outcome(a);
+        values.extend([
+            a.delivery_id.into(),
+            a.token.into(),
+            a.status_code.into(),
+            a.started_at.into(),
+            a.error.clone().into(),
+            status.into(),
+            next_at.into(),
+        ]);
+    }
+    let rows = conn.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await?;
+    rows.iter().map(|row| row.try_get::<i64>("", "id").map_err(StoreError::from)).collect()
 }
 
 /// Fails a claimed delivery without an attempt (its endpoint was disabled meanwhile).

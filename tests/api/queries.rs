@@ -49,19 +49,24 @@ async fn available_slots_hide_full_ones_and_doctor_slots_show_all() {
     );
 }
 
+/// A pool of the service's own kind on the test's database, not migrated.
+async fn pool(database: &TestDatabase, max_connections: u32, statement_timeout: std::time::Duration) -> Db {
+    let target = DatabaseTarget::parse(&database.url).unwrap();
+    let settings = PoolSettings {
+        max_connections,
+        acquire_timeout: std::time::Duration::from_secs(5),
+        statement_timeout,
+        hot_connections: 0,
+    };
+    Db::connect(&target, &settings).await.unwrap()
+}
+
 /// A page of N appointments with their slots and doctors costs the same number of statements
 /// for any N: the DataLoaders batch each relation into one query.
 #[tokio::test]
 async fn nested_pages_cost_a_constant_number_of_statements() {
     let database = TestDatabase::new().await;
-    let target = DatabaseTarget::parse(&database.url).unwrap();
-    let settings = PoolSettings {
-        max_connections: 4,
-        acquire_timeout: std::time::Duration::from_secs(5),
-        statement_timeout: std::time::Duration::from_secs(5),
-        hot_connections: 0,
-    };
-    let db = Db::connect(&target, &settings).await.unwrap();
+    let db = pool(&database, 4, std::time::Duration::from_secs(5)).await;
     db.migrate().await.unwrap();
     // No relay, no background work: every statement counted is the query's own.
     let service = BookingService::new(db.clone(), Arc::new(tokio::sync::Notify::new()));
@@ -123,4 +128,34 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
     assert_eq!(costs[0].1, costs[1].1, "statements for 2 vs 14 appointments: {costs:?}");
     assert!(costs[0].1 <= 4, "{costs:?}");
     drop(database);
+}
+
+/// The delivery workers' pool commits without waiting for the WAL flush and keeps every other
+/// setting of its connections (the statement timeout); SQLite has only its one pool.
+#[tokio::test]
+async fn the_delivery_workers_pool_commits_without_waiting_for_the_flush() {
+    let database = TestDatabase::new().await;
+    let db = pool(&database, 2, std::time::Duration::from_millis(4321)).await;
+    let relaxed = db.relaxed_commit(1);
+    if db.backend() != sea_orm::DbBackend::Postgres {
+        assert_eq!(relaxed.backend(), db.backend());
+        return;
+    }
+    let show = |db: Db, setting: &'static str| async move {
+        let sql = format!("SHOW {setting}");
+        let row = sea_orm::ConnectionTrait::query_one_raw(
+            db.conn(),
+            sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, sql),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        row.try_get_by_index::<String>(0).unwrap()
+    };
+    assert_eq!(show(relaxed.clone(), "synchronous_commit").await, "off");
+    assert_eq!(show(relaxed.clone(), "statement_timeout").await, "4321ms");
+    assert_eq!(show(db.clone(), "synchronous_commit").await, "on", "the service's own pool is untouched");
+    let before = db.statements_executed();
+    show(relaxed, "synchronous_commit").await;
+    assert!(db.statements_executed() > before, "its statements count with the service's");
 }

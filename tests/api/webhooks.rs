@@ -446,6 +446,33 @@ async fn two_instances_send_each_delivery_once() {
 }
 
 #[tokio::test]
+async fn many_deliveries_at_once_each_count_their_own_attempts() {
+    // Forty bookings at once, the first ten POSTs failing: the worker claims several deliveries
+    // per statement and writes the outcomes that finished together in one transaction, and each
+    // attempt still lands on its own delivery, once.
+    let (app, _db) = spawn_local(&[]).await;
+    let receiver = Receiver::start(vec![Reply::Status(500); 10], Reply::Status(200)).await;
+    let (endpoint, _) = app.endpoint(&partner("acme"), &receiver.url(), None).await;
+    futures_util::future::join_all((1..=40).map(|p| app.partner_books("acme", p))).await;
+    let deliveries = app
+        .deliveries_when(&partner("acme"), &endpoint, "forty successes", |d| {
+            d.len() == 40 && d.iter().all(|d| d["status"] == "SUCCEEDED")
+        })
+        .await;
+    let got = receiver.requests();
+    assert_eq!(got.len(), 50, "forty deliveries, ten of them twice");
+    let mut sent: HashMap<&str, i64> = HashMap::new();
+    for r in &got {
+        *sent.entry(r.header("webhook-id")).or_default() += 1;
+    }
+    for d in &deliveries {
+        let event = d["eventId"].as_str().unwrap();
+        assert_eq!(d["attempts"], json!(sent[event]), "{d}");
+        assert_eq!(d["lastStatusCode"], 200);
+    }
+}
+
+#[tokio::test]
 async fn gone_disables_the_endpoint_and_stops_what_is_pending() {
     // A long schedule: the first delivery waits for its retry while the second answers 410.
     let (app, _db) = spawn_local(&[("WEBHOOK_RETRY_SCHEDULE", "1h")]).await;
