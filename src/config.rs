@@ -343,7 +343,8 @@ pub struct Config {
     /// How often the message workers look for due messages when no commit woke them
     /// (`NOTIFY_POLL_MS`, default 1000): retries and reminders are due this much late at most.
     pub notify_poll_interval: Duration,
-    /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 8).
+    /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 32: fewer fell
+    /// behind a full booking rate on two cores, see BENCHMARKS.md "Sixth pass").
     pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
@@ -371,7 +372,8 @@ pub struct Config {
     /// How often the webhook workers look for due deliveries when nothing woke them
     /// (`WEBHOOK_POLL_MS`, default 1000).
     pub webhook_poll_interval: Duration,
-    /// Webhook attempts one instance makes at once (`WEBHOOK_CONCURRENCY`, default 8).
+    /// Webhook attempts one instance makes at once (`WEBHOOK_CONCURRENCY`, default 32, for the
+    /// same reason as `NOTIFY_CONCURRENCY`).
     pub webhook_concurrency: usize,
     /// The FHIR surface and the SMART Scheduling Links feed.
     pub fhir: FhirSettings,
@@ -689,7 +691,7 @@ impl Config {
                 "NOTIFY_POLL_MS",
             )?),
             notify_concurrency: at_least(
-                parse(&get, "NOTIFY_CONCURRENCY", Some(8), "a number of messages")?,
+                parse(&get, "NOTIFY_CONCURRENCY", Some(32), "a number of messages")?,
                 1,
                 "NOTIFY_CONCURRENCY",
             )?,
@@ -810,7 +812,7 @@ impl Config {
                 "WEBHOOK_POLL_MS",
             )?),
             webhook_concurrency: at_least(
-                parse(&get, "WEBHOOK_CONCURRENCY", Some(8), "a number of attempts")?,
+                parse(&get, "WEBHOOK_CONCURRENCY", Some(32), "a number of attempts")?,
                 1,
                 "WEBHOOK_CONCURRENCY",
             )?,
@@ -1215,7 +1217,7 @@ mod tests {
             ]
         );
         assert!(c.webhook_allow_cidrs.is_empty());
-        assert_eq!((c.webhook_timeout, c.webhook_concurrency), (Duration::from_secs(15), 8));
+        assert_eq!((c.webhook_timeout, c.webhook_concurrency), (Duration::from_secs(15), 32));
         let t = config(&[
             ("WEBHOOK_RETRY_SCHEDULE", " 1s, 250ms ,2d"),
             ("WEBHOOK_ALLOW_CIDRS", "127.0.0.0/8, ::1, 10.1.2.3/8"),
