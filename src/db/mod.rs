@@ -186,8 +186,7 @@ impl Db {
             }
         };
         let statements = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&statements);
-        conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
+        count_into(&mut conn, &statements);
         Ok(Self { conn, statements, hot, gate, sqlite, pg })
     }
 
@@ -210,8 +209,7 @@ impl Db {
             .test_before_acquire(false)
             .connect_lazy_with(options.clone().options([("synchronous_commit", "off")]));
         let mut conn = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
-        let counter = Arc::clone(&self.statements);
-        conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
+        count_into(&mut conn, &self.statements);
         Self {
             conn,
             statements: Arc::clone(&self.statements),
@@ -312,6 +310,12 @@ impl Db {
     pub async fn close(self) {
         let _ = self.conn.close().await;
     }
+}
+
+/// Counts every statement `conn` runs in `statements` (and in `/metrics`).
+fn count_into(conn: &mut DatabaseConnection, statements: &Arc<AtomicU64>) {
+    let counter = Arc::clone(statements);
+    conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
 }
 
 /// Counts a statement run, for tests, and records its time in `db_statement_seconds`.

@@ -345,16 +345,7 @@ pub async fn record_attempts(db: &Db, attempts: &[Attempt]) -> Result<Vec<bool>,
     // A delivery whose row is locked by this transaction cannot go away before it commits.
     let mut present = owned.clone();
     for a in attempts.iter().filter(|a| !owned.contains(&a.delivery_id)) {
-        let touched = delivery::Entity::update_many()
-            .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
-            .col_expr(D::LastStatusCode, Expr::value(a.status_code))
-            .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
-            .col_expr(D::LastError, Expr::value(a.error.clone()))
-            .filter(D::Id.eq(a.delivery_id))
-            .exec(&tx)
-            .await?
-            .rows_affected;
-        if touched > 0 {
+        if answered(a).exec(&tx).await?.rows_affected > 0 {
             present.insert(a.delivery_id);
         }
     }
@@ -395,6 +386,18 @@ pub async fn record_attempts(db: &Db, attempts: &[Attempt]) -> Result<Vec<bool>,
     Ok(attempts.iter().map(|a| owned.contains(&a.delivery_id)).collect())
 }
 
+/// The update every attempt makes to its delivery, whoever holds the claim: one more attempt
+/// counted, and its answer as the last one.
+fn answered(a: &Attempt) -> sea_orm::UpdateMany<delivery::Entity> {
+    use delivery::Column as D;
+    delivery::Entity::update_many()
+        .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
+        .col_expr(D::LastStatusCode, Expr::value(a.status_code))
+        .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
+        .col_expr(D::LastError, Expr::value(a.error.clone()))
+        .filter(D::Id.eq(a.delivery_id))
+}
+
 /// The status and next attempt a delivery takes after `a`.
 fn outcome(a: &Attempt) -> (&'static str, Option<DateTime<Utc>>) {
     match a.next {
@@ -413,15 +416,10 @@ async fn settle_claimed(conn: &impl ConnectionTrait, chunk: &[Attempt]) -> Resul
         let mut moved = Vec::with_capacity(chunk.len());
         for a in chunk {
             let (status, next_at) = outcome(a);
-            let touched = delivery::Entity::update_many()
-                .col_expr(D::Attempts, Expr::col(D::Attempts).add(1))
-                .col_expr(D::LastStatusCode, Expr::value(a.status_code))
-                .col_expr(D::LastAttemptAt, Expr::value(Some(a.started_at)))
-                .col_expr(D::LastError, Expr::value(a.error.clone()))
+            let touched = answered(a)
                 .col_expr(D::Status, Expr::value(status))
                 .col_expr(D::NextAttemptAt, Expr::value(next_at))
                 .col_expr(D::LeaseToken, Expr::value(Option::<i64>::None))
-                .filter(D::Id.eq(a.delivery_id))
                 .filter(D::LeaseToken.eq(a.token))
                 .exec(conn)
                 .await?
@@ -432,20 +430,14 @@ async fn settle_claimed(conn: &impl ConnectionTrait, chunk: &[Attempt]) -> Resul
         }
         return Ok(moved);
     }
-    const COLUMNS: usize = 7;
+    // The types of v(id, token, code, started_at, error, status, next_at): a VALUES list of
+    // parameters has none of its own.
+    const TYPES: [&str; 7] = ["bigint", "bigint", "integer", "timestamptz", "text", "text", "timestamptz"];
     let rows: Vec<String> = (0..chunk.len())
         .map(|i| {
-            let p = i * COLUMNS;
-            format!(
-                "(${}::bigint, ${}::bigint, ${}::integer, ${}::timestamptz, ${}::text, ${}::text, ${}::timestamptz)",
-                p + 1,
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5,
-                p + 6,
-                p + 7
-            )
+            let cells: Vec<String> =
+                TYPES.iter().enumerate().map(|(c, ty)| format!("${}::{ty}", i * TYPES.len() + c + 1)).collect();
+            format!("({})", cells.join(", "))
         })
         .collect();
     let sql = format!(
@@ -457,7 +449,7 @@ async fn settle_claimed(conn: &impl ConnectionTrait, chunk: &[Attempt]) -> Resul
          RETURNING d.id",
         rows.join(", ")
     );
-    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
+    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * TYPES.len());
     for a in chunk {
         let (status, next_at) = outcome(a);
         values.extend([

@@ -70,14 +70,19 @@ async fn many_patients_ten_seats(two: bool) {
     apps[0].assert_counts_consistent().await;
 }
 
+/// Every one of 50 concurrent retries of one request answers with the same appointment.
+fn all_answer_one_appointment(answers: &[Value]) {
+    let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
+    assert_eq!(ids.len(), 50, "every retry answers with the appointment: {answers:?}");
+    assert!(ids.iter().all(|id| *id == ids[0]));
+}
+
 async fn concurrent_retries_one_key(two: bool) {
     let (apps, _db) = instances(two).await;
     let (_, slot) = apps[0].doctor_with_slot(1).await;
     let token = partner("retrying-client");
     let answers = race(&apps, 50, &slot, |_| token.clone(), |_| "same-key".into(), Some("42")).await;
-    let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
-    assert_eq!(ids.len(), 50, "every retry answers with the appointment: {answers:?}");
-    assert!(ids.iter().all(|id| *id == ids[0]));
+    all_answer_one_appointment(&answers);
     assert_eq!(answers.iter().filter(|a| a["replayed"] == false).count(), 1, "exactly one original");
     assert_eq!(apps[0].slot(&slot).await["bookedCount"], 1);
     apps[0].assert_counts_consistent().await;
@@ -255,8 +260,6 @@ async fn with_the_booking_lane_the_races_end_the_same() {
     let (_, one) = apps[0].doctor_with_slot(1).await;
     let token = partner("lane-client");
     let answers = race(&apps, 50, &one, |_| token.clone(), |_| "lane-key".into(), Some("43")).await;
-    let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
-    assert_eq!(ids.len(), 50, "every retry answers with the appointment: {answers:?}");
-    assert!(ids.iter().all(|id| *id == ids[0]));
+    all_answer_one_appointment(&answers);
     apps[0].assert_counts_consistent().await;
 }
