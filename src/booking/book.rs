@@ -360,6 +360,7 @@ impl BookingService {
         now: DateTime<Utc>,
     ) -> Result<Option<(Vec<time_slot::Model>, appointment::Model)>, InsertError> {
         let tx = self.db.begin_write().await.map_err(StoreError::from)?;
+        appointments::lock_patient(&tx, new.patient_id).await?;
         let taken = slots::take_seats(&tx, slot_ids, now).await?;
         if taken.len() != slot_ids.len() {
             tx.rollback().await.map_err(StoreError::from)?;

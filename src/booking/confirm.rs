@@ -40,6 +40,8 @@ impl BookingService {
         let now = micros(Utc::now());
         let confirmed = retrying(|| async {
             let tx = self.db.begin_write().await?;
+            // Confirming re-enters the row in the overlap rule's index: the patient's lock first.
+            appointments::lock_patient(&tx, record.appointment.patient_id).await?;
             let Some(confirmed) = appointments::mark_confirmed(&tx, id, now).await? else {
                 tx.rollback().await?;
                 return Ok::<_, StoreError>(None);

@@ -175,6 +175,7 @@ impl BookingService {
         now: DateTime<Utc>,
     ) -> Result<Result<(appointment::Model, appointment::Model, Changes), Unmoved>, StoreError> {
         let tx = self.db.begin_write().await?;
+        appointments::lock_patient(&tx, old.patient_id).await?;
         let Some(mut previous) = appointments::mark_moved(&tx, old.id, now, by).await? else {
             tx.rollback().await?;
             return Ok(Err(Unmoved::NotActive));

@@ -43,6 +43,32 @@ pub enum Filter {
     Ids(Vec<i64>),
 }
 
+/// The advisory-lock class of "this patient's appointments are being written" (the first
+/// key of the two-key form, so other uses of advisory locks keep their own space).
+pub const PATIENT_LOCK_CLASS: i32 = 0x0C11_0001;
+
+/// The statement taking [`PATIENT_LOCK_CLASS`] for the patient `$n`, until the transaction ends.
+pub fn patient_lock_sql(n: usize) -> String {
+    format!("pg_advisory_xact_lock({PATIENT_LOCK_CLASS}, hashint8(${n}))")
+}
+
+/// Takes the patient's write lock on PostgreSQL, first in every transaction that makes one of
+/// their appointments active (book, hold, confirm, reschedule). The overlap rule is an
+/// exclusion constraint, and two transactions inserting overlapping rows for one patient each
+/// wait for the other's row: a deadlock PostgreSQL only breaks after `deadlock_timeout`
+/// (1 s). Queued on this lock instead, the second sees the first's committed row and is
+/// refused at once. No lock is needed on SQLite, whose writes are serialized. Taken before any
+/// slot or appointment row, so it adds no lock-order cycle.
+pub async fn lock_patient(conn: &impl ConnectionTrait, patient_id: i64) -> Result<(), StoreError> {
+    if conn.get_database_backend() != sea_orm::DbBackend::Postgres {
+        return Ok(());
+    }
+    let sql = format!("SELECT {}", patient_lock_sql(1));
+    conn.execute_raw(sea_orm::Statement::from_sql_and_values(sea_orm::DbBackend::Postgres, sql, [patient_id.into()]))
+        .await?;
+    Ok(())
+}
+
 /// Appointments matching `filter`, newest first, at most `limit`.
 pub async fn list(
     conn: &impl ConnectionTrait,

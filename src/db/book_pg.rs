@@ -5,7 +5,8 @@
 //! A single statement is its own transaction, so this is exactly the booking of
 //! [`crate::booking`] (one conditional update plus the inserts, all or nothing) in one round
 //! trip instead of five (BEGIN, UPDATE, INSERT, INSERT, COMMIT). Every row lock is held for
-//! that one statement only. SQLite has no data-modifying CTEs and keeps the transaction, and
+//! that one statement only. Its first step takes the patient's write lock
+//! ([`appointments::lock_patient`]), before the slot's row. SQLite has no data-modifying CTEs and keeps the transaction, and
 //! so do longer appointments (several slots) and reschedules.
 
 use chrono::{DateTime, Utc};
@@ -19,9 +20,9 @@ use super::{
 };
 
 const BOOK: &str = concat!(
-    "WITH s AS (
+    "WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(202440705, hashint8($3))), s AS (
   UPDATE time_slot SET booked_count = booked_count + 1, version = version + 1
-  WHERE id = $1 AND booked_count < capacity AND start_at > $2 AND closed_at IS NULL
+  WHERE id = $1 AND booked_count < capacity AND start_at > $2 AND closed_at IS NULL AND EXISTS (SELECT FROM l)
   RETURNING *
 ), a AS (
   INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at,
@@ -87,5 +88,15 @@ fn new_row(id: i64, slot: &time_slot::Model, new: &NewAppointment<'_>, at: DateT
         rescheduled_from: None,
         rescheduled_to: None,
         first_booked_by: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_takes_the_patients_lock_of_its_patient_parameter() {
+        assert!(BOOK.contains(&appointments::patient_lock_sql(3)), "{BOOK}");
     }
 }
