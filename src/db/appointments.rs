@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use migration::{EX_APPOINTMENT_PATIENT_OVERLAP, UQ_APPOINTMENT_ACTIVE_PATIENT, UQ_APPOINTMENT_CALLER_KEY};
 use sea_orm::{
-    sea_query::{Asterisk, Expr, ExprTrait, LockBehavior, LockType, Query},
+    sea_query::{Asterisk, Expr, ExprTrait, Query},
     ActiveValue::Set,
     ColumnTrait, Condition, ConnectionTrait, DbErr, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
 };
@@ -341,20 +341,20 @@ pub async fn mark_expired(
     now: DateTime<Utc>,
     limit: u64,
 ) -> Result<Vec<appointment::Model>, StoreError> {
-    let due = Query::select()
-        .column(appointment::Column::Id)
-        .from(appointment::Entity)
-        .and_where(appointment::Column::Status.eq(appointment::HELD))
-        .and_where(appointment::Column::ExpiresAt.lte(now))
-        .order_by(appointment::Column::ExpiresAt, sea_orm::Order::Asc)
-        .limit(limit)
-        .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
-        .to_owned();
-    Ok(appointment::Entity::update_many()
-        .col_expr(appointment::Column::Status, Expr::value(appointment::EXPIRED))
-        .filter(appointment::Column::Id.in_subquery(due))
-        .filter(appointment::Column::Status.eq(appointment::HELD))
-        .exec_with_returning(conn)
+    let backend = conn.get_database_backend();
+    let due = "SELECT id FROM appointment WHERE status = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT $3";
+    // PostgreSQL: the ids as an array, found by key (see the `db` module's "Queue claims").
+    let ids = if backend == sea_orm::DbBackend::Postgres {
+        format!("= ANY(ARRAY({due} FOR UPDATE SKIP LOCKED))")
+    } else {
+        format!("IN ({due})")
+    };
+    let sql = format!("UPDATE appointment SET status = $4 WHERE id {ids} AND status = $1 RETURNING *");
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let values = [appointment::HELD.into(), now.into(), limit.into(), appointment::EXPIRED.into()];
+    Ok(appointment::Entity::find()
+        .from_raw_sql(sea_orm::Statement::from_sql_and_values(backend, sql, values))
+        .all(conn)
         .await?)
 }
 

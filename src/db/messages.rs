@@ -162,12 +162,17 @@ pub async fn claim(
     lease_until: DateTime<Utc>,
 ) -> Result<Vec<patient_message::Model>, StoreError> {
     let backend = db.backend();
-    let lock = if backend == DbBackend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" };
+    let due = "SELECT id FROM patient_message WHERE status = 'PENDING' AND next_attempt_at <= $2 \
+               ORDER BY next_attempt_at LIMIT $3";
+    // PostgreSQL: the ids as an array, found by key (see the `db` module's "Queue claims").
+    let ids = if backend == DbBackend::Postgres {
+        format!("= ANY(ARRAY({due} FOR UPDATE SKIP LOCKED))")
+    } else {
+        format!("IN ({due})")
+    };
     let sql = format!(
         "UPDATE patient_message SET next_attempt_at = $1, locked_until = $1, attempts = attempts + 1 \
-         WHERE id IN (SELECT id FROM patient_message WHERE status = 'PENDING' AND next_attempt_at <= $2 \
-                      ORDER BY next_attempt_at LIMIT $3{lock}) \
-         RETURNING *"
+         WHERE id {ids} RETURNING *"
     );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let statement = Statement::from_sql_and_values(backend, sql, [lease_until.into(), now.into(), limit.into()]);

@@ -6,6 +6,19 @@
 //! Writes go through [`Db::begin_write`] (a transaction) or after [`Db::writing`] (a single
 //! statement): on SQLite these serialize the writers of the process on a fair in-process gate
 //! per file, so they never depend on SQLite's polling busy wait (see `write.rs`).
+//!
+//! ## Queue claims
+//!
+//! The queues (outbox, patient messages, webhook deliveries, due holds) are claimed on
+//! PostgreSQL as `… WHERE id = ANY(ARRAY(SELECT id … LIMIT n FOR UPDATE SKIP LOCKED))`, never
+//! `WHERE id IN (SELECT …)`. The planner may turn `IN` into a semi join: with a hash it reads
+//! the whole table (sent messages included) at every claim, and with the nested loop it picks
+//! for a table it believes empty (the first minute after a deploy, before autovacuum has
+//! counted its rows) it runs the locking subquery again for every row, quadratic in the
+//! backlog (150 ms a claim, queues 20-30 s behind in the load test). `ARRAY(…)` runs once and
+//! the rows are found by key. The delivery workers' pool and the relay plan these statements
+//! afresh at each run (`plan_cache_mode = force_custom_plan`): a plan cached while the queue was
+//! empty would scan it.
 
 #[macro_use]
 mod rows;
@@ -199,6 +212,8 @@ impl Db {
     /// undo it, and undoing a claim or an outcome makes the message go again (the at-least-once
     /// repeat the workers already allow for, with the same id), never lose one. Under load it
     /// takes the workers' commits out of the queue for the WAL flush that bookings wait in.
+    /// Its statements are planned at each run (`plan_cache_mode = force_custom_plan`, see
+    /// "Queue claims" above): they are few, large, and on queues whose size changes by the second.
     pub fn relaxed_commit(&self, max_connections: u32) -> Self {
         let Some((options, acquire_timeout)) = &self.pg else {
             return self.clone();
@@ -207,7 +222,9 @@ impl Db {
             .max_connections(max_connections.max(1))
             .acquire_timeout(*acquire_timeout)
             .test_before_acquire(false)
-            .connect_lazy_with(options.clone().options([("synchronous_commit", "off")]));
+            .connect_lazy_with(
+                options.clone().options([("synchronous_commit", "off"), ("plan_cache_mode", "force_custom_plan")]),
+            );
         let mut conn = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         count_into(&mut conn, &self.statements);
         Self {

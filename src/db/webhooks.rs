@@ -230,11 +230,12 @@ pub struct Claimed {
     pub endpoint: endpoint::Model,
 }
 
+/// The ids as an array, found by key (see the `db` module's "Queue claims").
 const CLAIM_PG: &str = "\
-UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
+UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id = ANY(ARRAY( \
   SELECT d.id FROM webhook_delivery d \
   WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
-  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
+  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
 RETURNING *";
 
 /// SQLite serves one process, whose single worker claims; the statement is atomic there.

@@ -133,7 +133,7 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
 /// The delivery workers' pool commits without waiting for the WAL flush and keeps every other
 /// setting of its connections (the statement timeout); SQLite has only its one pool.
 #[tokio::test]
-async fn the_delivery_workers_pool_commits_without_waiting_for_the_flush() {
+async fn the_delivery_workers_pool_commits_without_waiting_for_the_flush_and_plans_each_claim() {
     let database = TestDatabase::new().await;
     let db = pool(&database, 2, std::time::Duration::from_millis(4321)).await;
     let relaxed = db.relaxed_commit(1);
@@ -154,6 +154,9 @@ async fn the_delivery_workers_pool_commits_without_waiting_for_the_flush() {
     let source = "SELECT setting || ' from ' || source FROM pg_settings WHERE name = 'synchronous_commit'";
     assert_eq!(query(relaxed.clone(), source).await, "off from client");
     assert_eq!(query(relaxed.clone(), "SHOW statement_timeout").await, "4321ms");
+    // A plan cached while a queue was empty would scan it at every claim once it has grown.
+    assert_eq!(query(relaxed.clone(), "SHOW plan_cache_mode").await, "force_custom_plan");
+    assert_eq!(query(db.clone(), "SHOW plan_cache_mode").await, "auto", "the hot statements keep their plans");
     // The service's own pool keeps the server's setting, whatever the server says (the tests'
     // throwaway server runs without synchronous commit itself).
     let own = query(db.clone(), source).await;
