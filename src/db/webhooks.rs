@@ -496,30 +496,21 @@ pub async fn release(db: &Db, delivery_id: i64, token: i64, now: DateTime<Utc>) 
     Ok(())
 }
 
-/// The queue: pending deliveries, and when the next one is due (the past: overdue).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct QueueState {
-    /// Deliveries `PENDING`.
-    pub pending: i64,
-    /// The earliest `next_attempt_at` among them.
-    pub next_due: Option<DateTime<Utc>>,
-}
-
-#[derive(FromQueryResult)]
-struct QueueRow {
-    pending: i64,
-    next_due: Option<DateTime<Utc>>,
-}
-
-/// The state of the whole queue (every instance's).
-pub async fn queue_state(conn: &impl ConnectionTrait) -> Result<QueueState, StoreError> {
-    let row = delivery::Entity::find()
+/// When the earliest pending delivery (of every instance) is due: the partial due index's
+/// first entry, read at each idle turn of a worker.
+pub async fn next_due(conn: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, StoreError> {
+    let due: Option<Option<DateTime<Utc>>> = delivery::Entity::find()
         .select_only()
-        .column_as(Expr::col(delivery::Column::Id).count(), "pending")
         .column_as(Expr::col(delivery::Column::NextAttemptAt).min(), "next_due")
         .filter(delivery::Column::Status.eq(PENDING))
-        .into_model::<QueueRow>()
+        .into_tuple()
         .one(conn)
         .await?;
-    Ok(row.map(|r| QueueState { pending: r.pending, next_due: r.next_due }).unwrap_or_default())
+    Ok(due.flatten())
+}
+
+/// How many deliveries are pending (of every instance). It counts the due index, so it is
+/// read for the gauge every few seconds only, not at each turn.
+pub async fn pending_count(conn: &impl ConnectionTrait) -> Result<u64, StoreError> {
+    Ok(delivery::Entity::find().filter(delivery::Column::Status.eq(PENDING)).count(conn).await?)
 }
