@@ -8,6 +8,7 @@
 # Rows, each SECONDS_EACH (20) at CLIENTS ("8 32 64"):
 #   book            the statement as the service sends it (src/db/book_pg.rs)
 #   no-outbox       without its outbox insert
+#   no-lock         without the patient's advisory lock (the overlap rule's deadlock guard)
 #   no-exclusion    as sent, with the overlap exclusion constraint dropped (a copy database)
 #   commit-delay    as sent, with commit_delay=200 (µs) and commit_siblings=4 for its sessions
 # The copy database is dropped at the end.
@@ -33,6 +34,7 @@ bench() { # label url script [extra PGOPTIONS]
 
 bench book "$DB" book.sql
 bench no-outbox "$DB" book_no_outbox.sql
+bench no-lock "$DB" book_no_lock.sql
 bench commit-delay "$DB" book.sql "-c commit_delay=200 -c commit_siblings=4"
 copy="${name}_noexcl"
 psql -X -q "$server/postgres" -c "DROP DATABASE IF EXISTS $copy WITH (FORCE)" -c "CREATE DATABASE $copy TEMPLATE $name"

@@ -1,5 +1,5 @@
--- The service's one-slot booking exactly as it sends it (src/db/book_pg.rs): the conditional
--- seat update, the appointment insert and the outbox insert as data-modifying CTEs, one
+-- The service's one-slot booking exactly as it sends it (src/db/book_pg.rs): the patient's
+-- advisory lock, the conditional seat update, the appointment insert and the outbox insert as data-modifying CTEs, one
 -- statement (its own transaction, one round trip). pgbench -D lo=… -D hi=… picks the slots:
 -- a capacity-2e9 set commits every time (the success path), a full set refuses every time.
 -- Random patients and keys: no overlap, no key collision.
@@ -7,9 +7,9 @@
 \set s random(:lo, :hi)
 \set p random(1, 1000000000000)
 \set k random(1, 9000000000000000000)
-WITH s AS (
+WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(202440705, hashint8(:p))), s AS (
   UPDATE time_slot SET booked_count = booked_count + 1, version = version + 1
-  WHERE id = :s AND booked_count < capacity AND start_at > now() AND closed_at IS NULL
+  WHERE id = :s AND booked_count < capacity AND start_at > now() AND closed_at IS NULL AND EXISTS (SELECT FROM l)
   RETURNING *
 ), a AS (
   INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at,

@@ -3,9 +3,9 @@
 \set s random(:lo, :hi)
 \set p random(1, 1000000000000)
 \set k random(1, 9000000000000000000)
-WITH s AS (
+WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(202440705, hashint8(:p))), s AS (
   UPDATE time_slot SET booked_count = booked_count + 1, version = version + 1
-  WHERE id = :s AND booked_count < capacity AND start_at > now() AND closed_at IS NULL
+  WHERE id = :s AND booked_count < capacity AND start_at > now() AND closed_at IS NULL AND EXISTS (SELECT FROM l)
   RETURNING *
 ), a AS (
   INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at,
