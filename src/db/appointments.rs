@@ -343,12 +343,7 @@ pub async fn mark_expired(
 ) -> Result<Vec<appointment::Model>, StoreError> {
     let backend = conn.get_database_backend();
     let due = "SELECT id FROM appointment WHERE status = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT $3";
-    // PostgreSQL: the ids as an array, found by key (see the `db` module's "Queue claims").
-    let ids = if backend == sea_orm::DbBackend::Postgres {
-        format!("= ANY(ARRAY({due} FOR UPDATE SKIP LOCKED))")
-    } else {
-        format!("IN ({due})")
-    };
+    let ids = super::claimed_ids(backend, due);
     let sql = format!("UPDATE appointment SET status = $4 WHERE id {ids} AND status = $1 RETURNING *");
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let values = [appointment::HELD.into(), now.into(), limit.into(), appointment::EXPIRED.into()];

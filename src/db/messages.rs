@@ -5,7 +5,7 @@
 //! comparisons mean the same on both databases (SQLite compares the stored RFC 3339 text).
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult, Statement, Value};
 
 use super::{entity::patient_message, Db, StoreError};
 
@@ -164,12 +164,7 @@ pub async fn claim(
     let backend = db.backend();
     let due = "SELECT id FROM patient_message WHERE status = 'PENDING' AND next_attempt_at <= $2 \
                ORDER BY next_attempt_at LIMIT $3";
-    // PostgreSQL: the ids as an array, found by key (see the `db` module's "Queue claims").
-    let ids = if backend == DbBackend::Postgres {
-        format!("= ANY(ARRAY({due} FOR UPDATE SKIP LOCKED))")
-    } else {
-        format!("IN ({due})")
-    };
+    let ids = super::claimed_ids(backend, due);
     let sql = format!(
         "UPDATE patient_message SET next_attempt_at = $1, locked_until = $1, attempts = attempts + 1 \
          WHERE id {ids} RETURNING *"

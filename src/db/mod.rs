@@ -342,6 +342,17 @@ fn count_statement(counter: &AtomicU64, elapsed: Duration, failed: bool) {
         .record(elapsed.as_secs_f64());
 }
 
+/// The condition on `id` that claims the rows `due` selects (`SELECT id … LIMIT n`): on
+/// PostgreSQL locked `SKIP LOCKED` and taken as one array, found by key (see "Queue claims"
+/// above); on SQLite, whose single writer needs no lock, the plain subquery.
+fn claimed_ids(backend: DbBackend, due: &str) -> String {
+    if backend == DbBackend::Postgres {
+        format!("= ANY(ARRAY({due} FOR UPDATE SKIP LOCKED))")
+    } else {
+        format!("IN ({due})")
+    }
+}
+
 /// Truncates to microseconds, the precision both databases store, so a value read back
 /// compares equal to the one written.
 pub fn micros(t: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
