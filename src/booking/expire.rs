@@ -20,6 +20,10 @@ use crate::{
 
 /// Holds expired by one transaction.
 const EXPIRY_BATCH: u64 = 1000;
+/// Batches one instance expires at once on PostgreSQL (`SKIP LOCKED` keeps them disjoint):
+/// one at a time released 100,000 holds due in the same second in 12 s on two cores, the
+/// database and the service each waiting for the other half the time. SQLite has one writer.
+const EXPIRY_LANES: usize = 2;
 
 impl BookingService {
     /// Expires every hold due now, batch by batch; returns how many this call expired.
@@ -59,13 +63,18 @@ impl BookingService {
 pub struct ExpiryJob;
 
 impl ExpiryJob {
-    /// Runs [`BookingService::expire_due_holds`] every `interval` until `stop` says true.
+    /// Runs [`BookingService::expire_due_holds`] every `interval` until `stop` says true, in
+    /// [`EXPIRY_LANES`] at once on PostgreSQL.
     pub fn start(service: BookingService, interval: Duration, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+        let lanes = if service.db.backend() == sea_orm::DbBackend::Postgres { EXPIRY_LANES } else { 1 };
         tokio::spawn(async move {
             loop {
-                if let Err(error) = service.expire_due_holds().await {
-                    // The holds stay due; the next round tries again.
-                    tracing::warn!(%error, "expiring holds failed");
+                let rounds = (0..lanes).map(|_| service.expire_due_holds());
+                for result in futures_util::future::join_all(rounds).await {
+                    if let Err(error) = result {
+                        // The holds stay due; the next round tries again.
+                        tracing::warn!(%error, "expiring holds failed");
+                    }
                 }
                 tokio::select! {
                     () = tokio::time::sleep(interval) => {}
