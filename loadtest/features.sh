@@ -20,7 +20,7 @@
 # (20000), WAITERS (40), HOLDS (100000), SERVER_ENV (extra K=V words for the server), SINK (rust,
 # the default, or py: aiosmtpd, which tops out at ~1,200 messages/s per core here), PY (a Python
 # with aiosmtpd, default target/py/bin/python as .ci/run installs it), BIN and LT (the binaries),
-# DELIVERIES_ONLY (1: step 1 only).
+# DELIVERIES_ONLY (1: step 1 only), EXPIRY_ONLY (1: step 4 only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
@@ -65,6 +65,8 @@ common=(--url "$BASE" --seed "$OUT/seed.json" --database-url "$DATABASE_URL")
 conns=${CONNECTIONS:-64}
 secs=${SECONDS_EACH:-15}
 step() { echo "== $*"; "$LT" "$@" || true; echo; }
+expiry() { step life --scenario expiry --connections "$conns" --count "${HOLDS:-100000}" "${common[@]}"; }
+[ "${EXPIRY_ONLY:-0}" = 1 ] && { expiry; exit 0; }
 
 for _ in $(seq "${ROUNDS:-2}"); do
   step run --scenario success --connections "$conns" --duration "$secs" "${common[@]}"
@@ -78,6 +80,6 @@ step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" "
 step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --waiters "${WAITERS:-40}" "${common[@]}"
 step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --shuffle "${common[@]}"
 step life --scenario cancel --connections "$conns" --count "${CANCELS:-20000}" --waiters "${WAITERS:-40}" --shuffle "${common[@]}"
-step life --scenario expiry --connections "$conns" --count "${HOLDS:-100000}" "${common[@]}"
+expiry
 echo "== the SMTP sink and the receiver"
 tail -n1 "$OUT/smtp.log" "$OUT/receiver.log"

@@ -230,21 +230,10 @@ pub struct Claimed {
     pub endpoint: endpoint::Model,
 }
 
-/// The ids as an array, found by key (see the `db` module's "Queue claims").
-const CLAIM_PG: &str = "\
-UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id = ANY(ARRAY( \
-  SELECT d.id FROM webhook_delivery d \
-  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
-  ORDER BY d.next_attempt_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
-RETURNING *";
-
-/// SQLite serves one process, whose single worker claims; the statement is atomic there.
-const CLAIM_SQLITE: &str = "\
-UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id IN ( \
-  SELECT d.id FROM webhook_delivery d \
-  WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
-  ORDER BY d.next_attempt_at LIMIT $4) \
-RETURNING *";
+/// The deliveries a claim takes (on SQLite, which serves one process whose single worker
+/// claims, the statement is atomic without a lock).
+const DUE: &str = "SELECT d.id FROM webhook_delivery d WHERE d.status = 'PENDING' AND d.next_attempt_at <= $1 \
+                   ORDER BY d.next_attempt_at LIMIT $4";
 
 /// Claims up to `limit` deliveries due at `now`, leased until `lease_until` under `token`,
 /// oldest due first. Those of a disabled endpoint are claimed too, to be failed (one recorded
@@ -257,7 +246,10 @@ pub async fn claim_due(
     limit: u64,
 ) -> Result<Vec<Claimed>, StoreError> {
     let backend = db.backend();
-    let sql = if backend == DbBackend::Postgres { CLAIM_PG } else { CLAIM_SQLITE };
+    let sql = format!(
+        "UPDATE webhook_delivery SET next_attempt_at = $2, lease_token = $3 WHERE id {} RETURNING *",
+        super::claimed_ids(backend, DUE)
+    );
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let stmt =
         Statement::from_sql_and_values(backend, sql, [now.into(), lease_until.into(), token.into(), limit.into()]);
