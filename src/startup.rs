@@ -18,7 +18,7 @@ use crate::{
     },
     graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
-    http::{install_recorder, router, AppState, HttpLimits},
+    http::{install_recorder, AppState, HttpLimits},
     model::Observers,
     notify::{NotifySettings, NotifyTasks},
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
@@ -334,7 +334,7 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks } = self;
         tracing::info!(addr = %addr, "listening");
-        let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+        let served = crate::http::serve(listener, state, shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
         jobs.shutdown().await;
         live_tasks.shutdown().await;

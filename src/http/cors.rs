@@ -52,7 +52,7 @@ const VARY: HeaderValue =
 #[derive(Clone)]
 pub(crate) struct Cors {
     origins: Arc<AllowedOrigins>,
-    layer: CorsLayer,
+    layer: Arc<CorsLayer>,
 }
 
 impl Cors {
@@ -79,7 +79,7 @@ impl Cors {
                 layer.allow_origin(AllowOrigin::mirror_request()).allow_credentials(true)
             }
         };
-        Self { origins: Arc::new(origins), layer }
+        Self { origins: Arc::new(origins), layer: Arc::new(layer) }
     }
 }
 
@@ -87,14 +87,17 @@ impl<S: Clone> Layer<S> for Cors {
     type Service = CorsService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        CorsService { cors: self.layer.layer(inner.clone()), plain: inner, origins: Arc::clone(&self.origins) }
+        CorsService { layer: Arc::clone(&self.layer), plain: inner, origins: Arc::clone(&self.origins) }
     }
 }
 
 /// [`Cors`] around one service.
+///
+/// axum clones a route's service for every request, so this holds the policy behind an `Arc`
+/// and makes tower-http's service (a clone of the whole policy) only for requests it serves.
 #[derive(Clone)]
 pub(crate) struct CorsService<S> {
-    cors: tower_http::cors::Cors<S>,
+    layer: Arc<CorsLayer>,
     plain: S,
     origins: Arc<AllowedOrigins>,
 }
@@ -115,11 +118,9 @@ where
     >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Both wrap clones of one service (an axum route: always ready).
-        match self.plain.poll_ready(cx) {
-            Poll::Ready(Ok(())) => self.cors.poll_ready(cx),
-            other => other,
-        }
+        // tower-http's service, made in `call`, wraps a clone of this ready one (an axum
+        // route: always ready).
+        self.plain.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
@@ -130,7 +131,7 @@ where
             None => origin.is_none() && matches!(*self.origins, AllowedOrigins::Any),
         };
         if allowed {
-            return Either::Left(self.cors.call(req));
+            return Either::Left(self.layer.layer(self.plain.clone()).call(req));
         }
         let preflight = req.method() == Method::OPTIONS
             && origin.is_some()

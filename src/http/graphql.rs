@@ -60,8 +60,10 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     }
     // The common body, one operation, is read straight into its parts. Anything else (a batch,
     // or a body it refuses) goes the general way below, which also names the fault precisely.
+    // `execute` is boxed: its future holds a whole GraphQL execution, and kept inline it would
+    // make this handler's future as large, copied at every layer it passes (see `execute`).
     if let Ok(operation) = serde_json::from_slice::<WireOperation>(&bytes) {
-        return execute(&state, &headers, vec![operation.into_request()], false, Some(bytes), media).await;
+        return Box::pin(execute(&state, &headers, vec![operation.into_request()], false, Some(bytes), media)).await;
     }
     let parsed: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
@@ -87,7 +89,7 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
         }
     }
     let answer_key = (!batched).then_some(bytes);
-    execute(&state, &headers, requests, batched, answer_key, media).await
+    Box::pin(execute(&state, &headers, requests, batched, answer_key, media)).await
 }
 
 /// The kept answer to a request with exactly this body ([`crate::guard::AnswerCache`]: slot
@@ -133,7 +135,7 @@ pub(super) async fn get(
         resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     }
-    execute(&state, &headers, vec![request], false, None, media).await
+    Box::pin(execute(&state, &headers, vec![request], false, None, media)).await
 }
 
 /// One operation in the spec's JSON shape, read without a JSON tree in between: the variables

@@ -66,7 +66,29 @@ pub struct HttpLimits {
 /// reference count costs less than one per field.
 type Shared = State<Arc<AppState>>;
 
-/// The service's routes.
+/// Serves the routes on `listener` until `shutdown` completes.
+///
+/// The layers every request passes wrap the router from outside: a layer given to the router
+/// itself is applied to each route, which axum clones for every request, one boxed service per
+/// layer. Around the router the stack is cloned as plain values, and the router by one `Arc`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = tower::ServiceBuilder::new()
+        .map_response(IntoResponse::into_response)
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
+            // Debug level: at info, the `graphql` span (operation, request id) is the request's.
+            tracing::debug_span!("http", method = %req.method(), path = %req.uri().path())
+        }))
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(connection::UnreadBodies)
+        .service(router(state));
+    axum::serve(listener, axum::ServiceExt::into_make_service(app)).with_graceful_shutdown(shutdown).await
+}
+
+/// The service's routes (without the layers [`serve`] puts around them).
 pub fn router(mut state: AppState) -> Router {
     // The CORS policy of every route browsers may call from other sites (see `cors::Cors`):
     // `/graphql`, and FHIR under `/fhir` with its own state.
@@ -83,14 +105,7 @@ pub fn router(mut state: AppState) -> Router {
         Some(fhir) => router.nest("/fhir", fhir),
         None => router,
     };
-    router
-        .layer(connection::UnreadBodies)
-        .layer(CatchPanicLayer::custom(panic_response))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            // Debug level: at info, the `graphql` span (operation, request id) is the request's.
-            tracing::debug_span!("http", method = %req.method(), path = %req.uri().path())
-        }))
-        .with_state(Arc::new(state))
+    router.with_state(Arc::new(state))
 }
 
 /// A panic is a bug: log it and answer `INTERNAL` like any other internal failure.
