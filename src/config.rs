@@ -287,6 +287,9 @@ pub struct Config {
     pub rate_limit_window: Duration,
     /// How long a cached slot list may be served (`SLOT_CACHE_TTL_MS`, default 5000; 0 = no cache).
     pub slot_cache_ttl: Duration,
+    /// How long a rendered slot-list answer may be kept at most, dropped earlier by every change
+    /// this instance hears of (`ANSWER_CACHE_TTL_MS`, default 30000; 0 = none kept).
+    pub answer_cache_ttl: Duration,
     /// How long a slot found full answers `SLOT_FULL` without the booking transaction
     /// (`KNOWN_FULL_TTL_SECS`, default 30; 0 = off).
     pub known_full_ttl: Duration,
@@ -714,6 +717,12 @@ impl Config {
                 Some(5000),
                 "a number of milliseconds (0 switches the cache off)",
             )?),
+            answer_cache_ttl: Duration::from_millis(parse(
+                &get,
+                "ANSWER_CACHE_TTL_MS",
+                Some(30_000),
+                "a number of milliseconds (0 keeps no answers)",
+            )?),
             known_full_ttl: Duration::from_secs(parse(
                 &get,
                 "KNOWN_FULL_TTL_SECS",
@@ -1057,6 +1066,7 @@ mod tests {
         let c = config(&[("DB_POOL_MAX", "20")])?;
         assert_eq!(c.booking_concurrency, 10);
         assert_eq!(c.slot_cache_ttl, Duration::from_millis(5000));
+        assert_eq!(c.answer_cache_ttl, Duration::from_secs(30));
         assert_eq!(c.known_full_ttl, Duration::from_secs(30));
         assert_eq!(c.redis_timeout, Duration::from_millis(100));
         let off = config(&[("SLOT_CACHE_TTL_MS", "0"), ("KNOWN_FULL_TTL_SECS", "0")])?;
@@ -1064,6 +1074,7 @@ mod tests {
         for (var, bad) in [
             ("SLOT_CACHE_TTL_MS", "-1"),
             ("SLOT_CACHE_TTL_MS", "4s"),
+            ("ANSWER_CACHE_TTL_MS", "30s"),
             ("KNOWN_FULL_TTL_SECS", "x"),
             ("BOOKING_CONCURRENCY", "0"),
             ("BOOKING_QUEUE_TIMEOUT_MS", "0"),

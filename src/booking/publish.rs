@@ -12,7 +12,7 @@ use crate::{
     db::{
         doctors,
         entity::{doctor, time_slot},
-        slots,
+        outbox, slots, StoreError,
     },
     model::day_bounds,
 };
@@ -110,7 +110,7 @@ impl BookingService {
             .await?
             .ok_or_else(|| ServiceError::invalid(&["input", "doctorId"], "no doctor with this id"))?;
         let tz = parse_timezone(&doctor.timezone)
-            .map_err(|m| crate::db::StoreError::Inconsistent(format!("doctor {doctor_id}: {m}")))?;
+            .map_err(|m| StoreError::Inconsistent(format!("doctor {doctor_id}: {m}")))?;
         if day_bounds(tz, req.date).1 <= Utc::now() {
             return Err(ServiceError::invalid(&["input", "date"], "this date has already ended"));
         }
@@ -118,11 +118,21 @@ impl BookingService {
             PlanError::EndNotAfterStart => ServiceError::invalid(&["input", "endTime"], e.to_string()),
             PlanError::TooManySlots => ServiceError::invalid(&["input", "slotMinutes"], e.to_string()),
         })?;
-        let writing = self.db.writing().await;
-        let created = slots::insert_skipping_existing(self.db.conn(), doctor_id, capacity, &plan).await?;
-        drop(writing);
+        // The outbox row commits with the slots, so every instance hears of them (it drops the
+        // lists it keeps of the doctor) exactly when they exist.
+        let created = async {
+            let tx = self.db.begin_write().await?;
+            let created = slots::insert_skipping_existing(&tx, doctor_id, capacity, &plan).await?;
+            if created > 0 {
+                outbox::record_published(&tx, doctor_id, Utc::now()).await?;
+            }
+            tx.commit().await?;
+            Ok::<_, StoreError>(created)
+        }
+        .await?;
         if created > 0 {
             self.day_changed(doctor_id, req.date).await;
+            self.sink.published(doctor_id);
         }
         let starts: Vec<_> = plan.iter().map(|s| s.start_at).collect();
         let slots = slots::at_starts(self.db.conn(), doctor_id, &starts).await?;

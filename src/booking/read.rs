@@ -113,11 +113,14 @@ impl BookingService {
             let minutes = parse_duration(minutes).map_err(|m| ServiceError::invalid(&["durationMinutes"], m))?;
             return self.available_runs(id, date, minutes).await;
         }
-        let stamp = self.guard.answers.stamp(id);
+        let mut stamp = self.guard.answers.stamp(id);
         let now = Utc::now();
         if let Some(mut rows) = self.guard.slots.get(id, date).await {
             // Cached a few seconds ago: drop what has started since.
             rows.retain(|s| s.start_at > now);
+            if let Some(staleness) = self.guard.slots.staleness() {
+                stamp.expire_within(staleness);
+            }
             return Ok(SlotList::new(rows, stamp));
         }
         // An unknown doctor's empty list is not cached: the doctor may be created next.

@@ -26,6 +26,21 @@ pub async fn record(
     Ok(())
 }
 
+/// Records, in the caller's transaction, that the doctor's schedule gained slots (so every
+/// instance drops the slot lists it keeps of that doctor).
+pub async fn record_published(
+    conn: &impl ConnectionTrait,
+    doctor_id: i64,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let row = outbox::ActiveModel {
+        doctor_id: Set(Some(doctor_id)),
+        ..row(crate::model::SCHEDULE_PUBLISHED, None, None, at)
+    };
+    outbox::Entity::insert(row).exec_without_returning(conn).await?;
+    Ok(())
+}
+
 /// [`record`] for many rows in one statement.
 pub async fn record_many(
     conn: &impl ConnectionTrait,

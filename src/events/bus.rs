@@ -92,6 +92,14 @@ impl Bus {
         }
     }
 
+    /// Tells the observer that the doctor's schedule gained slots. Subscriptions hear nothing:
+    /// no slot changed.
+    pub(super) fn published(&self, doctor_id: i64) {
+        if let Some(observer) = &self.inner.observer {
+            observer.published(doctor_id);
+        }
+    }
+
     /// Tells every subscription to re-read its slots from the database.
     pub(super) fn resync(&self) {
         if let Some(observer) = &self.inner.observer {

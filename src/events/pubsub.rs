@@ -3,8 +3,10 @@
 //! in-process [`Bus`].
 //!
 //! A message is a JSON array of changes, in commit order: one message per relay pass, so the
-//! cost per change of Redis and of every subscriber falls as load rises. A message holding one
-//! change object (what earlier versions sent) is still understood, for a rolling upgrade.
+//! cost per change of Redis and of every subscriber falls as load rises. The doctors whose
+//! schedules a pass published follow in a message of their own, `{"published": [ids]}`: rare,
+//! and an instance that predates it ignores just that message. A message holding one change
+//! object (what earlier versions sent) is still understood, for a rolling upgrade.
 //!
 //! The subscriber is supervised: when the connection drops (or stops answering pings) it
 //! reconnects with backoff, resubscribes, and then tells every local subscription to re-read its
@@ -45,10 +47,19 @@ impl RedisPublisher {
         Self { client, channel, timeout, conn: None }
     }
 
-    /// Publishes `changes`, in order, as one message.
-    pub(super) async fn publish(&mut self, changes: &[SlotChange]) -> Result<(), EventsError> {
+    /// Publishes `changes`, in order, as one message, then the doctors whose schedules gained
+    /// slots, if any, as another.
+    pub(super) async fn publish(&mut self, changes: &[SlotChange], published: &[i64]) -> Result<(), EventsError> {
+        self.send(serde_json::to_vec(changes)?).await?;
+        if !published.is_empty() {
+            self.send(serde_json::to_vec(&Published { published: published.to_vec() })?).await?;
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, payload: Vec<u8>) -> Result<(), EventsError> {
         let mut publish = redis::cmd("PUBLISH");
-        publish.arg(&self.channel).arg(serde_json::to_vec(changes)?);
+        publish.arg(&self.channel).arg(payload);
         let conn = match &mut self.conn {
             Some(conn) => conn,
             None => {
@@ -131,12 +142,20 @@ async fn subscribe(
     tokio::time::timeout(RECONNECT_MAX * 2, connect).await.map_err(|_| EventsError::Timeout("redis subscribe"))?
 }
 
+/// The doctors whose schedules one relay pass published.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Published {
+    published: Vec<i64>,
+}
+
 /// What one message on the channel holds.
 #[derive(serde::Deserialize)]
 #[serde(untagged)]
 enum Message {
     /// The changes of one relay pass.
     Batch(Vec<SlotChange>),
+    /// The published schedules of one relay pass.
+    Published(Published),
     /// One change, as earlier versions published them.
     One(SlotChange),
 }
@@ -144,6 +163,7 @@ enum Message {
 fn forward(bus: &Bus, payload: &[u8]) {
     match serde_json::from_slice::<Message>(payload) {
         Ok(Message::Batch(changes)) => changes.into_iter().for_each(|c| bus.publish(c)),
+        Ok(Message::Published(p)) => p.published.into_iter().for_each(|d| bus.published(d)),
         Ok(Message::One(change)) => bus.publish(change),
         // Another deployment's garbage on our channel must not stop the subscriber.
         Err(error) => tracing::warn!(%error, "ignored a malformed message on the slots channel"),
@@ -183,6 +203,31 @@ mod tests {
         forward(&bus, b"not json");
         forward(&bus, b"[]");
         assert_eq!(versions(&mut listener), [1, 5, 2, 9]);
+        Ok(())
+    }
+
+    /// Records the doctors it is told published.
+    #[derive(Default)]
+    struct Told(std::sync::Mutex<Vec<i64>>);
+
+    impl crate::model::ChangeObserver for Told {
+        fn changed(&self, _change: &SlotChange) {}
+        fn may_have_missed_changes(&self) {}
+        fn published(&self, doctor_id: i64) {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(doctor_id);
+        }
+    }
+
+    #[test]
+    fn published_schedules_reach_the_observer_and_no_subscription() -> Result<(), serde_json::Error> {
+        let observer = std::sync::Arc::new(Told::default());
+        let bus = Bus::new(Some(observer.clone()));
+        let mut listener = bus.listen(7);
+        forward(&bus, &serde_json::to_vec(&[change(1, 3)])?);
+        forward(&bus, &serde_json::to_vec(&Published { published: vec![7, 8] })?);
+        forward(&bus, br#"{"published":[9]}"#);
+        assert_eq!(versions(&mut listener), [3], "a published schedule is no live event");
+        assert_eq!(*observer.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner), [7, 8, 9]);
         Ok(())
     }
 }

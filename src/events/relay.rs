@@ -1,5 +1,6 @@
-//! The outbox relay: publishes the slot changes of the outbox rows written by committed
-//! changes, records the follow-up work of their appointment events, and prunes them.
+//! The outbox relay: publishes the slot changes (and published schedules) of the outbox rows
+//! written by committed changes, records the follow-up work of their appointment events, and
+//! prunes them.
 //!
 //! Every instance runs one. It is woken by its own commits (no polling delay on the hot path)
 //! and polls as a fallback, so rows of a crashed instance, or rows left while Redis was down,
@@ -48,6 +49,10 @@ impl CommitSink for RelaySink {
         // `notify_one` stores a permit, so a commit during a pass triggers another pass.
         self.wake.notify_one();
     }
+
+    fn published(&self, _doctor_id: i64) {
+        self.wake.notify_one();
+    }
 }
 
 /// Where the relay sends changes.
@@ -59,13 +64,15 @@ pub(super) enum Publisher {
 }
 
 impl Publisher {
-    async fn publish(&mut self, changes: Vec<SlotChange>) -> Result<(), EventsError> {
+    /// Sends one pass: its slot changes, and the doctors whose schedules gained slots.
+    async fn publish(&mut self, changes: Vec<SlotChange>, published: Vec<i64>) -> Result<(), EventsError> {
         match self {
             Self::Local(bus) => {
                 changes.into_iter().for_each(|c| bus.publish(c));
+                published.into_iter().for_each(|d| bus.published(d));
                 Ok(())
             }
-            Self::Redis(redis) => redis.publish(&changes).await,
+            Self::Redis(redis) => redis.publish(&changes, &published).await,
         }
     }
 }
@@ -119,7 +126,9 @@ impl Relay {
             return Ok(0);
         };
         // Live availability first: it does not wait for the follow-up work.
-        self.publisher.publish(claimed.rows.iter().filter_map(outbox_row::Model::slot_change).collect()).await?;
+        let changes = claimed.rows.iter().filter_map(outbox_row::Model::slot_change).collect();
+        let published = claimed.rows.iter().filter_map(outbox_row::Model::published_doctor).collect();
+        self.publisher.publish(changes, published).await?;
         let events: Vec<Notification> = claimed.rows.iter().filter_map(Notification::from_row).collect();
         let recorded = !events.is_empty() && !self.follow_ups.is_empty();
         if recorded {

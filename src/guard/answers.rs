@@ -14,12 +14,15 @@
 //! - this instance's own commits (booking, cancel, publish), before their answers go out, so
 //!   a client reads its own writes;
 //! - every committed change that reaches this instance's live-availability bus, which carries
-//!   other instances' commits too (Redis pub/sub), usually within milliseconds;
+//!   other instances' commits too (Redis pub/sub), usually within milliseconds, and their
+//!   published schedules (an outbox row of their own, which no subscription hears);
 //! - a possible loss of such changes (Redis came back after an outage): everything is dropped.
 //!
-//! An answer also ends with the TTL, and when its earliest slot starts (a started slot is no
-//! longer available). So another instance's change can be missed for at most the TTL, the
-//! staleness the slot-list cache accepts anyway; the booking decision never reads either.
+//! So an answer is exact while the bus is, and its life (`ANSWER_CACHE_TTL_MS`, 30 s) only
+//! bounds what nothing reports: a change written to the database by hand, say. It also ends
+//! when its earliest slot starts (a started slot is no longer available), and an answer made of
+//! rows from the shared slot-list cache ends with those rows' TTL (`SLOT_CACHE_TTL_MS`): a
+//! commit's delete of them in Redis can be lost. The booking decision never reads either.
 
 use std::{
     collections::HashMap,
@@ -56,6 +59,12 @@ impl Stamp {
     pub fn expire_at(&mut self, start: DateTime<Utc>) {
         let left = (start - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         self.until = self.until.min(Instant::now() + left);
+    }
+
+    /// Shortens the stamp's life to `ttl` from now: an answer made of rows from the shared
+    /// slot-list cache lives no longer than those rows may be stale.
+    pub fn expire_within(&mut self, ttl: Duration) {
+        self.until = self.until.min(Instant::now() + ttl);
     }
 }
 
@@ -190,6 +199,10 @@ impl ChangeObserver for AnswerCache {
 
     fn may_have_missed_changes(&self) {
         self.drop_all();
+    }
+
+    fn published(&self, doctor_id: i64) {
+        AnswerCache::changed(self, doctor_id);
     }
 }
 

@@ -61,6 +61,13 @@ impl SlotCache {
         Self { ttl, backend: Backend::Redis(link) }
     }
 
+    /// How long a list read here may have missed a change that this instance was told about:
+    /// the TTL for the copy shared in Redis (a commit's delete there can be lost), none for
+    /// the in-process copy.
+    pub fn staleness(&self) -> Option<Duration> {
+        matches!(self.backend, Backend::Redis(_)).then_some(self.ttl)
+    }
+
     /// The cached list of the doctor's day, if any (a Redis failure reads as a miss).
     pub async fn get(&self, doctor_id: i64, date: NaiveDate) -> Option<Vec<time_slot::Model>> {
         let found = match &self.backend {

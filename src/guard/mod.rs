@@ -34,8 +34,10 @@ const LOCAL_MAX_ENTRIES: usize = 100_000;
 /// The settings of the guards (from [`Config`]).
 #[derive(Clone, Debug)]
 pub struct GuardSettings {
-    /// Slot-list TTL; zero: no cache.
+    /// Slot-list TTL; zero: no cache (neither rows nor answers).
     pub slot_cache_ttl: Duration,
+    /// Longest life of a rendered answer; zero: none kept.
+    pub answer_cache_ttl: Duration,
     /// Booking attempts per patient per window; 0: no limit.
     pub rate_limit: u32,
     /// The rate-limit window.
@@ -59,6 +61,7 @@ impl GuardSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
             slot_cache_ttl: config.slot_cache_ttl,
+            answer_cache_ttl: config.answer_cache_ttl,
             rate_limit: config.rate_limit_bookings,
             rate_window: config.rate_limit_window,
             known_full_ttl: config.known_full_ttl,
@@ -112,7 +115,9 @@ impl Guard {
         let lane = lane::Lane::dedicated("booking", settings.booking_lane_threads)?;
         let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
         let timezones = TimezoneCache::default();
-        let answers = Arc::new(AnswerCache::new(settings.slot_cache_ttl));
+        // No slot-list cache means no answers either: `SLOT_CACHE_TTL_MS=0` switches off both.
+        let answer_ttl = if settings.slot_cache_ttl.is_zero() { Duration::ZERO } else { settings.answer_cache_ttl };
+        let answers = Arc::new(AnswerCache::new(answer_ttl));
         Ok(match redis {
             None => Self {
                 slots: SlotCache::local(settings.slot_cache_ttl),

@@ -9,7 +9,7 @@ pub mod time;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use status::{AppointmentEvent, AppointmentStatus, CancelledBy, WaitlistStatus, SLOT_ONLY};
+pub use status::{AppointmentEvent, AppointmentStatus, CancelledBy, WaitlistStatus, SCHEDULE_PUBLISHED, SLOT_ONLY};
 pub use time::{day_bounds, doctor_day, parse_timezone, resolve_local, DayRange};
 
 /// A slot's state right after a committed change.
@@ -47,11 +47,17 @@ impl SlotChange {
 pub trait CommitSink: Send + Sync + 'static {
     /// Called once per committed change; must not block.
     fn committed(&self, change: SlotChange);
+    /// Called after a commit that published new slots of the doctor; must not block.
+    fn published(&self, _doctor_id: i64) {}
 }
 
 /// A bare bell (the booking service without live availability); instances use the relay's sink.
 impl CommitSink for tokio::sync::Notify {
     fn committed(&self, _change: SlotChange) {
+        self.notify_one();
+    }
+
+    fn published(&self, _doctor_id: i64) {
         self.notify_one();
     }
 }
@@ -61,6 +67,8 @@ impl CommitSink for tokio::sync::Notify {
 pub trait ChangeObserver: Send + Sync + 'static {
     /// A committed change of the doctor's slots arrived; must not block.
     fn changed(&self, change: &SlotChange);
+    /// New slots of the doctor were published (no slot changed); must not block.
+    fn published(&self, _doctor_id: i64) {}
     /// Changes may have been missed (Redis came back after an outage).
     fn may_have_missed_changes(&self);
 }
@@ -72,6 +80,12 @@ impl ChangeObserver for Observers {
     fn changed(&self, change: &SlotChange) {
         for o in &self.0 {
             o.changed(change);
+        }
+    }
+
+    fn published(&self, doctor_id: i64) {
+        for o in &self.0 {
+            o.published(doctor_id);
         }
     }
 

@@ -154,6 +154,10 @@ impl WaitlistStatus {
 /// further slots of a longer appointment, a closed slot).
 pub const SLOT_ONLY: &str = "SLOT";
 
+/// `outbox.kind` of a row that tells every instance a doctor's schedule gained slots: no slot
+/// changed (so no live event), but the slot lists kept of that doctor are out of date.
+pub const SCHEDULE_PUBLISHED: &str = "SCHEDULE";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +177,7 @@ mod tests {
             assert_eq!(WaitlistStatus::parse(w.as_str()), Some(w));
         }
         assert_eq!(AppointmentEvent::parse(SLOT_ONLY), None);
+        assert_eq!(AppointmentEvent::parse(SCHEDULE_PUBLISHED), None);
         assert!(AppointmentStatus::Held.is_active() && !AppointmentStatus::Expired.is_active());
     }
 }

@@ -94,6 +94,29 @@ async fn instances_sharing_redis_see_each_others_commits() {
 }
 
 #[tokio::test]
+async fn a_schedule_published_on_one_instance_ends_the_answers_another_keeps() {
+    if !has_redis() {
+        return; // without Redis each process has its own cache (single-process mode)
+    }
+    let db = TestDatabase::new().await;
+    // B's kept answer would outlive the test: only the publish's notice over Redis can end it.
+    let settings = [NO_POLL[0], ("ANSWER_CACHE_TTL_MS", "600000")];
+    let a = TestApp::spawn_on(&db, &settings).await;
+    let b = TestApp::spawn_on(&db, &settings).await;
+    let (doctor, _slot) = a.doctor_with_slot(1).await;
+    assert_eq!(list(&b, &doctor).await.len(), 1);
+    let before = b.statements();
+    assert_eq!(list(&b, &doctor).await.len(), 1);
+    assert_eq!(b.statements(), before, "B keeps its answer");
+
+    a.publish(&doctor, &tomorrow(), "10:00", "10:30", 15, 1).await;
+    assert!(list_reaches(&b, &doctor, 3).await, "B never heard of A's new slots");
+    let before = b.statements();
+    assert_eq!(list(&b, &doctor).await.len(), 3);
+    assert_eq!(b.statements(), before, "and keeps the new answer");
+}
+
+#[tokio::test]
 async fn the_rate_limit_answers_429_and_lets_the_patient_in_after_the_window() {
     let db = TestDatabase::new().await;
     let app = TestApp::spawn_on(&db, &[("RATE_LIMIT_BOOKINGS", "2"), ("RATE_LIMIT_WINDOW_SECS", "1")]).await;

@@ -1,10 +1,10 @@
 //! `outbox`: side effects of committed changes, waiting for the relay. A row carries a slot's
 //! state after a change (for live availability), an appointment event (for messages to the
-//! patient and partners), or both.
+//! patient and partners), or both; or, alone, the doctor whose schedule gained slots.
 
 use sea_orm::entity::prelude::*;
 
-use crate::model::{AppointmentEvent, SlotChange};
+use crate::model::{AppointmentEvent, SlotChange, SCHEDULE_PUBLISHED};
 
 /// One pending event.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -13,13 +13,14 @@ pub struct Model {
     /// Primary key; also the publishing order.
     #[sea_orm(primary_key)]
     pub id: i64,
-    /// An [`AppointmentEvent`] word, or [`crate::model::SLOT_ONLY`] for a slot change alone.
+    /// An [`AppointmentEvent`] word, [`crate::model::SLOT_ONLY`] for a slot change alone, or
+    /// [`SCHEDULE_PUBLISHED`].
     pub kind: String,
     /// The appointment the event is about.
     pub appointment_id: Option<i64>,
     /// The slot that changed (none for an event that changes no slot: a confirm).
     pub slot_id: Option<i64>,
-    /// The slot's doctor.
+    /// The slot's doctor (the publishing doctor of a [`SCHEDULE_PUBLISHED`] row).
     pub doctor_id: Option<i64>,
     /// The slot's start.
     pub start_at: Option<DateTimeUtc>,
@@ -47,6 +48,11 @@ impl Model {
             version: self.version?,
             closed: self.slot_closed.unwrap_or(false),
         })
+    }
+
+    /// The doctor whose schedule gained slots, for a [`SCHEDULE_PUBLISHED`] row.
+    pub fn published_doctor(&self) -> Option<i64> {
+        (self.kind == SCHEDULE_PUBLISHED).then_some(self.doctor_id).flatten()
     }
 
     /// The appointment event the row carries, if any.
