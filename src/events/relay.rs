@@ -68,8 +68,9 @@ impl Publisher {
     async fn publish(&mut self, changes: Vec<SlotChange>, published: Vec<i64>) -> Result<(), EventsError> {
         match self {
             Self::Local(bus) => {
+                // One process: the instance that published has told its own caches already.
+                drop(published);
                 changes.into_iter().for_each(|c| bus.publish(c));
-                published.into_iter().for_each(|d| bus.published(d));
                 Ok(())
             }
             Self::Redis(redis) => redis.publish(&changes, &published).await,
