@@ -18,6 +18,10 @@ const SET: &str = "mutation($in:PatientContactInput!){setPatientContact(input:$i
 const GET: &str = "query($p:ID){patientContact(patientId:$p){patientId email phone locale}}";
 /// The sender the tests configure.
 const FROM: &str = "no-reply@clinic.test";
+/// For the tests that count a booking's messages: the test slots lie tomorrow at quarter hours
+/// from midnight on, so whether a reminder is still ahead (and recorded beside the
+/// confirmation) would depend on the time of day the tests run.
+const NO_REMINDERS: (&str, &str) = ("REMINDER_BEFORE_SECS", "0");
 
 async fn set_contact(app: &TestApp, token: &str, input: Value) -> Value {
     app.gql(Some(token), SET, json!({ "in": input })).await["setPatientContact"].clone()
@@ -159,7 +163,7 @@ async fn contact_details_follow_the_roles() {
 #[tokio::test]
 async fn dev_mode_writes_each_message_as_a_file() {
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS]).await;
     set_contact(&app, &patient(501), json!({ "email": "p501@example.org", "phone": "+33612345678" })).await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let id = book(&app, 501, &slot, "dev-files").await;
@@ -185,9 +189,11 @@ async fn a_booking_and_its_cancel_send_calendar_emails_over_smtp() {
         return;
     };
     let database = TestDatabase::new().await;
-    let app =
-        TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", &format!("Clinic Test <{FROM}>"))])
-            .await;
+    let app = TestApp::spawn_on(
+        &database,
+        &[NO_REMINDERS, ("SMTP_URL", &sink.url()), ("MAIL_FROM", &format!("Clinic Test <{FROM}>"))],
+    )
+    .await;
     set_contact(&app, &patient(601), json!({ "email": "p601@example.org" })).await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let id = book(&app, 601, &slot, "smtp-book").await;
@@ -228,7 +234,7 @@ async fn sms_go_to_the_gateway_with_basic_auth_and_are_retried() {
     let database = TestDatabase::new().await;
     let app = TestApp::spawn_on(
         &database,
-        &[("SMS_URL", &gateway.url()), ("SMS_FROM", "+15005550006"), ("NOTIFY_RETRY_MAX_SECS", "1")],
+        &[NO_REMINDERS, ("SMS_URL", &gateway.url()), ("SMS_FROM", "+15005550006"), ("NOTIFY_RETRY_MAX_SECS", "1")],
     )
     .await;
     set_contact(&app, &patient(701), json!({ "phone": "+33612345678" })).await;
@@ -255,7 +261,7 @@ async fn nothing_is_sent_for_a_change_that_did_not_commit() {
         return;
     };
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM)]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM)]).await;
     for id in [801, 802] {
         set_contact(&app, &patient(id), json!({ "email": format!("p{id}@example.org") })).await;
     }
@@ -286,8 +292,11 @@ async fn a_message_waits_for_the_mail_server_to_come_back() {
     let port = free_port();
     let database = TestDatabase::new().await;
     let url = format!("smtp://127.0.0.1:{port}");
-    let app =
-        TestApp::spawn_on(&database, &[("SMTP_URL", &url), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")]).await;
+    let app = TestApp::spawn_on(
+        &database,
+        &[NO_REMINDERS, ("SMTP_URL", &url), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")],
+    )
+    .await;
     set_contact(&app, &patient(901), json!({ "email": "p901@example.org" })).await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let id = book(&app, 901, &slot, "server-down").await;
@@ -315,7 +324,7 @@ async fn a_kept_connection_the_mail_server_closed_is_replaced_at_once() {
     };
     let port = sink.port;
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM)]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM)]).await;
     set_contact(&app, &patient(961), json!({ "email": "p961@example.org" })).await;
     let (_, slot) = app.doctor_with_slot(2).await;
     book(&app, 961, &slot, "kept-1").await;
@@ -341,9 +350,11 @@ async fn a_mail_server_refusing_with_5xx_for_a_while_is_retried() {
         return;
     };
     let database = TestDatabase::new().await;
-    let app =
-        TestApp::spawn_on(&database, &[("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")])
-            .await;
+    let app = TestApp::spawn_on(
+        &database,
+        &[NO_REMINDERS, ("SMTP_URL", &sink.url()), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")],
+    )
+    .await;
     set_contact(&app, &patient(951), json!({ "email": "p951@example.org" })).await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let id = book(&app, 951, &slot, "refused-twice").await;
@@ -361,7 +372,7 @@ async fn a_restart_loses_no_message_and_sends_it_once() {
     let port = free_port();
     let database = TestDatabase::new().await;
     let url = format!("smtp://127.0.0.1:{port}");
-    let settings = [("SMTP_URL", url.as_str()), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")];
+    let settings = [NO_REMINDERS, ("SMTP_URL", url.as_str()), ("MAIL_FROM", FROM), ("NOTIFY_RETRY_MAX_SECS", "1")];
     let first = TestApp::spawn_on(&database, &settings).await;
     for id in [1001, 1002] {
         set_contact(&first, &patient(id), json!({ "email": format!("p{id}@example.org") })).await;
@@ -398,7 +409,13 @@ async fn messages_are_kept_as_failed_after_the_last_attempt() {
     let url = format!("smtp://127.0.0.1:{port}");
     let app = TestApp::spawn_on(
         &database,
-        &[("SMTP_URL", &url), ("MAIL_FROM", FROM), ("NOTIFY_MAX_ATTEMPTS", "2"), ("NOTIFY_RETRY_MAX_SECS", "1")],
+        &[
+            NO_REMINDERS,
+            ("SMTP_URL", &url),
+            ("MAIL_FROM", FROM),
+            ("NOTIFY_MAX_ATTEMPTS", "2"),
+            ("NOTIFY_RETRY_MAX_SECS", "1"),
+        ],
     )
     .await;
     set_contact(&app, &patient(1101), json!({ "email": "p1101@example.org" })).await;
@@ -523,7 +540,7 @@ fn calendars_of(eml: &str) -> Vec<String> {
 #[tokio::test]
 async fn holds_confirmations_and_reschedules_send_their_messages() {
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("RATE_LIMIT_BOOKINGS", "0")]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("RATE_LIMIT_BOOKINGS", "0")]).await;
     set_contact(&app, &patient(1301), json!({ "email": "p1301@example.org" })).await;
     let doctor_id = app.create_doctor("UTC").await;
     let slots = app.publish(&doctor_id, &crate::helpers::tomorrow(), "10:00", "11:00", 15, 1).await;
@@ -562,7 +579,7 @@ async fn holds_confirmations_and_reschedules_send_their_messages() {
 #[tokio::test]
 async fn an_expired_hold_sends_a_cancelling_calendar() {
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("HOLD_TTL_SECS", "1")]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("HOLD_TTL_SECS", "1")]).await;
     set_contact(&app, &patient(1401), json!({ "email": "p1401@example.org" })).await;
     let (_, slot) = app.doctor_with_slot(1).await;
     let held = app.gql(Some(&patient(1401)), HOLD, json!({ "s": slot, "k": "short" })).await["holdSlot"].clone();
@@ -577,7 +594,7 @@ async fn an_expired_hold_sends_a_cancelling_calendar() {
 #[tokio::test]
 async fn a_clinic_closing_its_slots_tells_each_patient_who_cancelled() {
     let database = TestDatabase::new().await;
-    let app = TestApp::spawn_on(&database, &[("RATE_LIMIT_BOOKINGS", "0")]).await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("RATE_LIMIT_BOOKINGS", "0")]).await;
     set_contact(&app, &patient(1501), json!({ "email": "p1501@example.org", "phone": "+33612345678" })).await;
     let doctor_id = app.create_doctor("UTC").await;
     let day = crate::helpers::tomorrow();
