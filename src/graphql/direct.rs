@@ -19,7 +19,10 @@
 
 use async_graphql::{
     indexmap::IndexMap,
-    parser::types::{ExecutableDocument, Field, OperationType, Selection, SelectionSet},
+    parser::{
+        types::{ExecutableDocument, Field, OperationType, Selection, SelectionSet},
+        Positioned,
+    },
     InputType, Name, PathSegment, Pos, Response, ScalarType, Value, Variables, ID,
 };
 use async_graphql_value::Value as DocumentValue;
@@ -103,25 +106,9 @@ impl BookPlan {
     /// path can answer. The document must have passed validation (field names and argument
     /// types are trusted here).
     pub fn compile(doc: &ExecutableDocument) -> Option<Self> {
-        if !doc.fragments.is_empty() {
-            return None;
-        }
-        let mut operations = doc.operations.iter();
-        let (_, op) = operations.next()?;
-        if operations.next().is_some() {
-            return None;
-        }
-        let op = &op.node;
-        let plain_variables =
-            op.variable_definitions.iter().all(|v| v.node.default_value.is_none() && v.node.directives.is_empty());
-        if op.ty != OperationType::Mutation || !op.directives.is_empty() || !plain_variables {
-            return None;
-        }
-        let [Selection::Field(field)] = only_fields(&op.selection_set.node)?.as_slice() else {
-            return None;
-        };
+        let field = only_root_field(doc, OperationType::Mutation, "bookAppointment")?;
         let f = &field.node;
-        if f.name.node != "bookAppointment" || !f.directives.is_empty() || f.arguments.len() != 1 {
+        if f.arguments.len() != 1 {
             return None;
         }
         let (arg_name, arg) = &f.arguments[0];
@@ -294,7 +281,7 @@ fn user_error_fields(set: &SelectionSet) -> Option<Vec<(Name, UserErrorField)>> 
 }
 
 /// The fields of a selection set of scalars, each known to `known`; `None` when one is not.
-fn leaves<T>(set: &SelectionSet, known: impl Fn(&str) -> Option<T>) -> Option<Vec<(Name, T)>> {
+pub(super) fn leaves<T>(set: &SelectionSet, known: impl Fn(&str) -> Option<T>) -> Option<Vec<(Name, T)>> {
     selected(set)?.into_iter().map(|(key, f)| Some((key, known(f.name.node.as_str())?))).collect()
 }
 
@@ -316,11 +303,38 @@ fn selected(set: &SelectionSet) -> Option<Vec<(Name, &Field)>> {
     Some(out)
 }
 
+/// The one field `name` of the document's one operation, of type `ty`, when nothing around it
+/// needs the executor: no fragment, no directive, no variable with a default or a directive.
+pub(super) fn only_root_field<'a>(
+    doc: &'a ExecutableDocument,
+    ty: OperationType,
+    name: &str,
+) -> Option<&'a Positioned<Field>> {
+    if !doc.fragments.is_empty() {
+        return None;
+    }
+    let mut operations = doc.operations.iter();
+    let (_, op) = operations.next()?;
+    if operations.next().is_some() {
+        return None;
+    }
+    let op = &op.node;
+    let plain_variables =
+        op.variable_definitions.iter().all(|v| v.node.default_value.is_none() && v.node.directives.is_empty());
+    if op.ty != ty || !op.directives.is_empty() || !plain_variables {
+        return None;
+    }
+    let [Selection::Field(field)] = only_fields(&op.selection_set.node)?.as_slice() else {
+        return None;
+    };
+    (field.node.name.node == name && field.node.directives.is_empty()).then_some(field)
+}
+
 /// The items of a selection set when all are fields.
-fn only_fields(set: &SelectionSet) -> Option<Vec<&Selection>> {
+pub(super) fn only_fields(set: &SelectionSet) -> Option<Vec<&Selection>> {
     set.items.iter().map(|i| matches!(i.node, Selection::Field(_)).then_some(&i.node)).collect()
 }
 
-fn response_key(f: &Field) -> Name {
+pub(super) fn response_key(f: &Field) -> Name {
     f.alias.as_ref().map_or_else(|| f.name.node.clone(), |a| a.node.clone())
 }

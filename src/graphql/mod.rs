@@ -4,6 +4,7 @@ pub mod answers;
 pub mod context;
 mod cursor;
 pub mod direct;
+pub mod direct_list;
 pub mod error;
 pub mod loaders;
 pub mod messages;
@@ -20,7 +21,7 @@ use async_graphql::{
     MergedObject, Schema, ValidationMode,
 };
 
-pub use context::RequestContext;
+pub use context::{AnswerStamps, RequestContext};
 pub use loaders::Loaders;
 pub use messages::{MessagesMutation, MessagesQuery};
 pub use mutation::BookingMutation;

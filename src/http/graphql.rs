@@ -21,7 +21,7 @@ use tracing::Instrument;
 use super::{connection, query_cache, validated, AppState, Shared};
 use crate::{
     auth::Principal,
-    graphql::{answers::made_of_slot_lists, chosen_operation, error::code, Loaders, RequestContext},
+    graphql::{answers::made_of_slot_lists, chosen_operation, error::code, AnswerStamps, Loaders, RequestContext},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -259,9 +259,27 @@ async fn execute(
             (Some(d), true) => d.book_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))),
             _ => None,
         };
+        // So does a slot list (`graphql::direct_list`), unless the service refuses it.
+        let listed = match (&document, prevalidated, &direct) {
+            (Some(d), true, None) => {
+                match d.list_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))) {
+                    Some((plan, (doctor, date))) => {
+                        let noted = AnswerStamps::default();
+                        let answer = plan.run(&state.service, &doctor, date, &noted).instrument(span.clone()).await;
+                        answer.map(|a| (a, noted))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
         let response = if let Some((plan, booking)) = direct {
             metrics::counter!("graphql_direct_total").increment(1);
             plan.run(&state.service, &principal, booking).instrument(span).await
+        } else if let Some((answer, noted)) = listed {
+            metrics::counter!("graphql_direct_total").increment(1);
+            stamps = Some(noted);
+            answer
         } else {
             if let Some(d) = &document {
                 request.set_parsed_query(d.doc.clone());

@@ -10,7 +10,7 @@ use std::{
 
 use async_graphql::parser::{parse_query, types::ExecutableDocument};
 
-use crate::graphql::direct::BookPlan;
+use crate::graphql::{direct::BookPlan, direct_list::ListPlan};
 
 /// Documents kept; once full, new ones are parsed per request and not kept (a flood of
 /// distinct documents costs what it cost before, no more).
@@ -28,6 +28,8 @@ pub(super) struct Document {
     shapes: RwLock<HashSet<String>>,
     /// The document as a booking the direct path answers, if it is one (compiled on first use).
     book_plan: OnceLock<Option<BookPlan>>,
+    /// The document as a slot list the direct path answers, if it is one (compiled on first use).
+    list_plan: OnceLock<Option<ListPlan>>,
 }
 
 impl Document {
@@ -40,6 +42,12 @@ impl Document {
     /// for requests of a shape that [`Document::passed`]: the plan trusts the validation.
     pub(super) fn book_plan(&self) -> Option<&BookPlan> {
         self.book_plan.get_or_init(|| BookPlan::compile(&self.doc)).as_ref()
+    }
+
+    /// The document's plan for the direct slot-list path ([`ListPlan`]), if it has one; like
+    /// [`Document::book_plan`], only for requests of a shape that passed.
+    pub(super) fn list_plan(&self) -> Option<&ListPlan> {
+        self.list_plan.get_or_init(|| ListPlan::compile(&self.doc)).as_ref()
     }
 
     /// Remembers that a request of this shape passed validation.
@@ -62,8 +70,12 @@ pub(super) fn document(query: &str) -> Option<Arc<Document>> {
     if let Some(found) = cache().read().unwrap_or_else(PoisonError::into_inner).get(query) {
         return Some(Arc::clone(found));
     }
-    let document =
-        Arc::new(Document { doc: parse_query(query).ok()?, shapes: RwLock::default(), book_plan: OnceLock::new() });
+    let document = Arc::new(Document {
+        doc: parse_query(query).ok()?,
+        shapes: RwLock::default(),
+        book_plan: OnceLock::new(),
+        list_plan: OnceLock::new(),
+    });
     if query.len() <= MAX_QUERY_BYTES {
         let mut map = cache().write().unwrap_or_else(PoisonError::into_inner);
         if map.len() < MAX_ENTRIES {

@@ -11,17 +11,21 @@
 //! kind of its value (or the number itself); the shapes that passed are kept with the parsed
 //! document (`query_cache`), which stands for the text. Once a shape passed the full
 //! validation, later requests of that shape run on a schema in async-graphql's fast validation
-//! mode, which still enforces the depth and complexity limits. Operations with variables of
-//! other types (custom scalars such as `Date`, enums, input objects, lists) are always
-//! validated in full, and a shape is only remembered after a pass, so no request is ever
-//! accepted that the full validation would refuse.
+//! mode, which still enforces the depth and complexity limits. A `Date` variable (every slot
+//! list has one) counts as a kind of its own when the scalar itself accepts the string, and
+//! makes the request be validated in full otherwise. Operations with variables of other types
+//! (other custom scalars, enums, input objects, lists) are always validated in full, and a
+//! shape is only remembered after a pass, so no request is ever accepted that the full
+//! validation would refuse.
 
 use std::fmt::Write;
 
 use async_graphql::{
     parser::types::{BaseType, OperationDefinition},
-    Value, Variables,
+    ScalarType, Value, Variables,
 };
+
+use crate::graphql::scalars::Date;
 
 /// Declared variable types whose valid values are told apart by kind (and numbers by value).
 const BUILT_IN: [&str; 5] = ["ID", "String", "Boolean", "Int", "Float"];
@@ -37,10 +41,17 @@ pub(super) fn shape(name: Option<&str>, op: &OperationDefinition, variables: &Va
         let BaseType::Named(ty) = &def.node.var_type.node.base else {
             return None;
         };
+        let name = def.node.name.node.as_str();
+        if ty.as_str() == "Date" {
+            // Any string the scalar reads is as valid as any other; anything else is checked.
+            let value = variables.get(name)?;
+            <Date as ScalarType>::parse(value.clone()).ok()?;
+            let _ = write!(shape, "{name}=date;");
+            continue;
+        }
         if !BUILT_IN.contains(&ty.as_str()) {
             return None;
         }
-        let name = def.node.name.node.as_str();
         let kind = match variables.get(name) {
             None => "-",
             Some(Value::Null) => "null",
@@ -83,8 +94,20 @@ mod tests {
     }
 
     #[test]
+    fn dates_the_scalar_reads_are_one_kind_and_others_are_validated_in_full() {
+        const LIST: &str = "query($d:ID!,$t:Date!){a(d:$d,t:$t)}";
+        let a = shape_of(LIST, None, json!({ "d": "1", "t": "2030-01-01" }));
+        assert!(a.is_some());
+        assert_eq!(a, shape_of(LIST, None, json!({ "d": "2", "t": "2031-12-31" })));
+        for bad in [json!("2030-02-30"), json!("2030-1-1"), json!(20300101), json!(null)] {
+            assert!(shape_of(LIST, None, json!({ "d": "1", "t": bad })).is_none(), "{bad}");
+        }
+        assert!(shape_of(LIST, None, json!({ "d": "1" })).is_none());
+    }
+
+    #[test]
     fn other_variable_types_are_always_validated_in_full() {
-        assert!(shape_of("query($t:Date!){a(t:$t)}", None, json!({ "t": "2030-01-01" })).is_none());
+        assert!(shape_of("query($m:Minutes!){a(m:$m)}", None, json!({ "m": "30" })).is_none());
         assert!(shape_of("query($i:[ID!]!){a(i:$i)}", None, json!({ "i": [] })).is_none());
         assert!(shape_of("mutation($in:BookInput!){a(in:$in)}", None, json!({ "in": {} })).is_none());
         assert!(shape_of("query A{a} query B{b}", None, json!({})).is_none());

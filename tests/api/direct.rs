@@ -1,8 +1,9 @@
-//! The direct booking path (`graphql::direct`) answers exactly as the executor does: every
-//! outcome, sent through both, gives the same status and the same bytes.
+//! The direct paths (`graphql::direct` for bookings, `graphql::direct_list` for slot lists)
+//! answer exactly as the executor does: every outcome, sent through both, gives the same status
+//! and the same bytes.
 
 use async_graphql::parser::parse_query;
-use clinic_booking::graphql::direct::BookPlan;
+use clinic_booking::graphql::{direct::BookPlan, direct_list::ListPlan};
 use serde_json::{json, Value};
 
 use crate::helpers::*;
@@ -139,4 +140,78 @@ async fn every_outcome_reads_the_same_through_the_direct_path_and_the_executor()
         assert!(answer.contains("FORBIDDEN"), "{answer}");
     }
     app.assert_counts_consistent().await;
+}
+
+/// Slot-list documents with the same `@DIRECTIVE` marker; `DOCTOR` and `DATE` stand for
+/// literals.
+const LISTS: [&str; 3] = [
+    "query($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t) @DIRECTIVE {id startAt available}}",
+    "query L($t:Date!,$d:ID!){s: availableSlots(date:$t,doctorId:$d) @DIRECTIVE \
+     {__typename v: version closed available bookedCount capacity endAt startAt id}}",
+    "{availableSlots(doctorId:\"DOCTOR\",date:\"DATE\") @DIRECTIVE {startAt id}}",
+];
+
+#[tokio::test]
+async fn the_list_plan_takes_exactly_the_documents_it_can_answer() {
+    for doc in LISTS {
+        let doc = &doc.replace("DOCTOR", "7").replace("DATE", "2030-01-31");
+        let plan = ListPlan::compile(&parse_query(direct(doc)).unwrap());
+        assert!(plan.is_some(), "{doc}");
+        assert!(ListPlan::compile(&parse_query(executor(doc)).unwrap()).is_none(), "{doc}");
+        let vars = serde_json::from_value(json!({ "d": "7", "t": "2030-01-31" })).unwrap();
+        let bound = plan.and_then(|p| p.bind(&vars));
+        assert!(bound.is_some_and(|(_, date)| date.to_string() == "2030-01-31"), "{doc}");
+    }
+    for doc in [
+        // something the slot does not hold itself
+        "{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id doctor{name}}}",
+        // a duration, or an argument that needs coercion
+        "{availableSlots(doctorId:\"1\",date:\"2030-01-01\",durationMinutes:30){id}}",
+        "{availableSlots(doctorId:1,date:\"2030-01-01\"){id}}",
+        // a response key twice, a fragment, two root fields, a default value
+        "{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id id}}",
+        "{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){...S}} fragment S on Slot{id}",
+        "{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id} __typename}",
+        "query($t:Date!=\"2030-01-01\"){availableSlots(doctorId:\"1\",date:$t){id}}",
+        // not a query
+        "mutation{bookAppointment(input:{slotId:\"1\",idempotencyKey:\"k\"}){replayed}}",
+    ] {
+        assert!(ListPlan::compile(&parse_query(doc).unwrap()).is_none(), "{doc}");
+    }
+}
+
+#[tokio::test]
+async fn slot_lists_read_the_same_through_the_direct_path_and_the_executor() {
+    let database = TestDatabase::new().await;
+    // No kept answers: every repeat of a list is answered again.
+    let app = TestApp::spawn_on(&database, &[("ANSWER_CACHE_TTL_MS", "0")]).await;
+    let doctor_id = app.create_doctor("Europe/Berlin").await;
+    let day = tomorrow();
+    let slots = app.publish(&doctor_id, &day, "09:00", "11:00", 30, 2).await;
+    app.book(&patient(1), &slots[0], "one", None).await;
+    app.book(&patient(2), &slots[0], "two", None).await;
+    app.book(&patient(3), &slots[1], "three", None).await;
+    let closed = json!({ "d": doctor_id, "f": format!("{day}T09:50:00+01:00"), "t": format!("{day}T10:10:00+01:00") });
+    app.gql(
+        Some(&admin()),
+        "mutation($d:ID!,$f:DateTime!,$t:DateTime!){closeSlots(input:{doctorId:$d,from:$f,to:$t}){closed}}",
+        closed,
+    )
+    .await;
+    for doc in LISTS {
+        for (doctor, date) in [
+            (doctor_id.as_str(), day.as_str()),
+            ("999999999", day.as_str()),
+            ("not-an-id", day.as_str()),
+            (doctor_id.as_str(), "2001-01-01"),
+            (doctor_id.as_str(), "2030-02-30"),
+        ] {
+            let doc = doc.replace("DOCTOR", doctor).replace("DATE", date);
+            let (status, answer) = both(&app, None, &doc, json!({ "d": doctor, "t": date })).await;
+            if doctor == doctor_id && date == day {
+                assert_eq!(status, 200);
+                assert!(answer.contains(&slots[1]) && !answer.contains(&format!("\"{}\"", slots[0])), "{answer}");
+            }
+        }
+    }
 }
