@@ -52,7 +52,7 @@ impl RedisPublisher {
     pub(super) async fn publish(&mut self, changes: &[SlotChange], published: &[i64]) -> Result<(), EventsError> {
         self.send(serde_json::to_vec(changes)?).await?;
         if !published.is_empty() {
-            self.send(serde_json::to_vec(&Published { published: published.to_vec() })?).await?;
+            self.send(serde_json::to_vec(&Published { published })?).await?;
         }
         Ok(())
     }
@@ -142,10 +142,10 @@ async fn subscribe(
     tokio::time::timeout(RECONNECT_MAX * 2, connect).await.map_err(|_| EventsError::Timeout("redis subscribe"))?
 }
 
-/// The doctors whose schedules one relay pass published.
+/// The doctors whose schedules one relay pass published (sent borrowed, read owned).
 #[derive(serde::Serialize, serde::Deserialize)]
-struct Published {
-    published: Vec<i64>,
+struct Published<T = Vec<i64>> {
+    published: T,
 }
 
 /// What one message on the channel holds.

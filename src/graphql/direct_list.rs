@@ -97,18 +97,17 @@ impl ListPlan {
 
     /// The doctor and day these variables ask for, when both are plain strings the scalars
     /// accept; `None` sends the request to the executor, which coerces or refuses.
-    pub fn bind(&self, variables: &Variables) -> Option<(String, NaiveDate)> {
-        let value = |source: &Source| -> Option<String> {
+    pub fn bind<'a>(&'a self, variables: &'a Variables) -> Option<(&'a str, NaiveDate)> {
+        let value = |source: &'a Source| -> Option<&'a str> {
             match source {
-                Source::Literal(s) => Some(s.clone()),
+                Source::Literal(s) => Some(s),
                 Source::Variable(name) => match variables.get(name) {
-                    Some(Value::String(s)) => Some(s.clone()),
+                    Some(Value::String(s)) => Some(s),
                     _ => None,
                 },
             }
         };
-        let date = <Date as ScalarType>::parse(Value::String(value(&self.date)?)).ok()?;
-        Some((value(&self.doctor_id)?, date.0))
+        Some((value(&self.doctor_id)?, Date::read(value(&self.date)?)?.0))
     }
 
     /// Reads the list and answers as the executor would, noting its stamp in `stamps`; `None`

@@ -7,6 +7,15 @@ use chrono::NaiveDate;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Date(pub NaiveDate);
 
+impl Date {
+    /// The day `s` writes as `YYYY-MM-DD`, exactly as the scalar reads it; `None` otherwise.
+    pub fn read(s: &str) -> Option<Self> {
+        let well_formed = s.len() == 10
+            && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+        well_formed.then(|| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().map(Date)).flatten()
+    }
+}
+
 /// A calendar day written `YYYY-MM-DD` (ISO 8601 extended, no time, no offset).
 #[Scalar(name = "Date")]
 impl ScalarType for Date {
@@ -14,12 +23,7 @@ impl ScalarType for Date {
         let Value::String(s) = &value else {
             return Err(InputValueError::custom("a Date is a string YYYY-MM-DD"));
         };
-        let well_formed = s.len() == 10
-            && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
-        match NaiveDate::parse_from_str(s, "%Y-%m-%d") {
-            Ok(d) if well_formed => Ok(Date(d)),
-            _ => Err(InputValueError::custom(format!("{s:?} is not a date YYYY-MM-DD"))),
-        }
+        Date::read(s).ok_or_else(|| InputValueError::custom(format!("{s:?} is not a date YYYY-MM-DD")))
     }
 
     fn to_value(&self) -> Value {

@@ -260,18 +260,17 @@ async fn execute(
             _ => None,
         };
         // So does a slot list (`graphql::direct_list`), unless the service refuses it.
-        let listed = match (&document, prevalidated, &direct) {
-            (Some(d), true, None) => {
-                match d.list_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))) {
-                    Some((plan, (doctor, date))) => {
-                        let noted = AnswerStamps::default();
-                        let answer = plan.run(&state.service, &doctor, date, &noted).instrument(span.clone()).await;
-                        answer.map(|a| (a, noted))
-                    }
-                    None => None,
-                }
-            }
+        let list = match (&document, prevalidated, &direct) {
+            (Some(d), true, None) => d.list_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))),
             _ => None,
+        };
+        let listed = match list {
+            Some((plan, (doctor, date))) => {
+                let noted = AnswerStamps::default();
+                let answer = plan.run(&state.service, doctor, date, &noted).instrument(span.clone()).await;
+                answer.map(|a| (a, noted))
+            }
+            None => None,
         };
         let response = if let Some((plan, booking)) = direct {
             metrics::counter!("graphql_direct_total").increment(1);

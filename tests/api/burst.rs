@@ -36,6 +36,15 @@ async fn relayed(app: &TestApp) {
     panic!("the outbox relay never took the rows");
 }
 
+/// Reads `app`'s list of the doctor twice: `len` slots each time, and the second read runs no
+/// statement (`why` says what serves it).
+async fn read_twice_from_cache(app: &TestApp, doctor: &str, len: usize, why: &str) {
+    assert_eq!(list(app, doctor).await.len(), len);
+    let before = app.statements();
+    assert_eq!(list(app, doctor).await.len(), len);
+    assert_eq!(app.statements(), before, "{why}");
+}
+
 /// Whether `app`'s list of the doctor comes to hold `len` slots within a few seconds (another
 /// instance's commit reaches this one's rendered answers through pub/sub, asynchronously).
 async fn list_reaches(app: &TestApp, doctor: &str, len: usize) -> bool {
@@ -53,10 +62,7 @@ async fn a_cached_list_is_served_without_the_database_and_dropped_on_commit() {
     let (app, _db) = quiet_app().await;
     let (doctor, slot) = app.doctor_with_slot(1).await;
     relayed(&app).await;
-    assert_eq!(list(&app, &doctor).await.len(), 1);
-    let before = app.statements();
-    assert_eq!(list(&app, &doctor).await.len(), 1);
-    assert_eq!(app.statements(), before, "the second read comes from the cache");
+    read_twice_from_cache(&app, &doctor, 1, "the second read comes from the cache").await;
 
     let booked = app.book(&patient(1), &slot, "k1", None).await;
     let id = booked["appointment"]["id"].as_str().expect("booked").to_owned();
@@ -71,10 +77,7 @@ async fn a_kept_answer_still_checks_the_token_and_ends_with_a_new_schedule() {
     let (app, _db) = quiet_app().await;
     let (doctor, _slot) = app.doctor_with_slot(1).await;
     relayed(&app).await;
-    assert_eq!(list(&app, &doctor).await.len(), 1);
-    let before = app.statements();
-    assert_eq!(list(&app, &doctor).await.len(), 1);
-    assert_eq!(app.statements(), before, "the answer was kept");
+    read_twice_from_cache(&app, &doctor, 1, "the answer was kept").await;
     let (status, body) = app.post(Some("not-a-token"), LIST, json!({ "d": doctor, "t": tomorrow() })).await;
     assert_eq!((status, body["errors"][0]["extensions"]["code"].as_str()), (401, Some("UNAUTHENTICATED")));
 
@@ -93,10 +96,7 @@ async fn instances_sharing_redis_see_each_others_commits() {
     let b = TestApp::spawn_on(&db, NO_POLL).await;
     let (doctor, slot) = a.doctor_with_slot(1).await;
     relayed(&a).await;
-    assert_eq!(list(&b, &doctor).await.len(), 1);
-    let before = b.statements();
-    assert_eq!(list(&b, &doctor).await.len(), 1);
-    assert_eq!(b.statements(), before, "B serves the shared cached list");
+    read_twice_from_cache(&b, &doctor, 1, "B serves the shared cached list").await;
 
     let booked = a.book(&patient(1), &slot, "k1", None).await;
     assert!(booked["appointment"].is_object());
@@ -122,10 +122,7 @@ async fn a_schedule_published_on_one_instance_ends_the_answers_another_keeps() {
     let b = TestApp::spawn_on(&db, &settings).await;
     let (doctor, _slot) = a.doctor_with_slot(1).await;
     relayed(&a).await;
-    assert_eq!(list(&b, &doctor).await.len(), 1);
-    let before = b.statements();
-    assert_eq!(list(&b, &doctor).await.len(), 1);
-    assert_eq!(b.statements(), before, "B keeps its answer");
+    read_twice_from_cache(&b, &doctor, 1, "B keeps its answer").await;
 
     a.publish(&doctor, &tomorrow(), "10:00", "10:30", 15, 1).await;
     assert!(list_reaches(&b, &doctor, 3).await, "B never heard of A's new slots");

@@ -159,7 +159,7 @@ async fn the_list_plan_takes_exactly_the_documents_it_can_answer() {
         assert!(plan.is_some(), "{doc}");
         assert!(ListPlan::compile(&parse_query(executor(doc)).unwrap()).is_none(), "{doc}");
         let vars = serde_json::from_value(json!({ "d": "7", "t": "2030-01-31" })).unwrap();
-        let bound = plan.and_then(|p| p.bind(&vars));
+        let bound = plan.as_ref().and_then(|p| p.bind(&vars));
         assert!(bound.is_some_and(|(_, date)| date.to_string() == "2030-01-31"), "{doc}");
     }
     for doc in [
