@@ -179,7 +179,7 @@ impl BookingService {
             self.answer_known_full(p).await
         } else {
             let entered = self.enter_bulkhead().await?;
-            self.take_in_db(p, entered).await
+            Box::pin(self.take_in_db(p, entered)).await
         };
         // A replay is not an attempt: it gives back what it counted.
         if matches!(&outcome, Ok(Ok(b)) if b.replayed) {
@@ -228,7 +228,7 @@ impl BookingService {
                 Some(e) => e,
                 None => self.enter_bulkhead().await?,
             };
-            return self.take_in_db(p, entered).await;
+            return Box::pin(self.take_in_db(p, entered)).await;
         }
         let refusal = refusal_for(std::slice::from_ref(&slot), now, conflicts);
         if refusal.code == super::RefusalCode::SlotFull {
@@ -267,6 +267,9 @@ impl BookingService {
     /// Takes the seats. There is no lookup of the key first: a retry of a success meets the
     /// unique constraint on (caller, key) and is answered from the row that holds it, which
     /// keeps the common path short.
+    ///
+    /// Callers box its future: it holds the general transaction's states, kilobytes, and held
+    /// inline it would be copied with every refused request's future too, which never runs it.
     async fn take_in_db(&self, p: &Parsed<'_>, entered: Entered) -> Outcome<Booked> {
         let run = match p.minutes {
             None => None,

@@ -115,14 +115,15 @@ impl BookingService {
     }
 
     /// Runs a seat operation on the booking lane (see `guard::lane`): the future `work` makes of
-    /// a clone of the service.
+    /// a clone of the service. The future is boxed: it holds every path the operation may take,
+    /// and inline it would make each caller's future as large, copied at every await above.
     async fn on_lane<T, F, Fut>(&self, work: F) -> Outcome<T>
     where
         F: FnOnce(BookingService) -> Fut,
         Fut: Future<Output = Outcome<T>> + Send + 'static,
         T: Send + 'static,
     {
-        match self.guard.lane.run(work(self.clone())).await {
+        match self.guard.lane.run(Box::pin(work(self.clone()))).await {
             Ok(outcome) => outcome,
             Err(gone) => Err(StoreError::Inconsistent(gone.to_string()).into()),
         }

@@ -217,6 +217,10 @@ fn request_id(headers: &HeaderMap) -> String {
 
 /// Runs the operations (several: a batch) and answers. `answer_key`, the body of a single POST
 /// operation, is where its answer is kept when it is made only of slot lists.
+///
+/// Each way of answering (the executor, a booking plan, a list plan) is boxed where it is
+/// awaited: a future is as large as its largest state, so one inline executor would make every
+/// request's future kilobytes, copied whole when the handler boxes this one.
 async fn execute(
     state: &AppState,
     headers: &HeaderMap,
@@ -267,14 +271,14 @@ async fn execute(
         let listed = match list {
             Some((plan, (doctor, date))) => {
                 let noted = AnswerStamps::default();
-                let answer = plan.run(&state.service, doctor, date, &noted).instrument(span.clone()).await;
+                let answer = Box::pin(plan.run(&state.service, doctor, date, &noted).instrument(span.clone())).await;
                 answer.map(|a| (a, noted))
             }
             None => None,
         };
         let response = if let Some((plan, booking)) = direct {
             metrics::counter!("graphql_direct_total").increment(1);
-            plan.run(&state.service, &principal, booking).instrument(span).await
+            Box::pin(plan.run(&state.service, &principal, booking).instrument(span)).await
         } else if let Some((answer, noted)) = listed {
             metrics::counter!("graphql_direct_total").increment(1);
             stamps = Some(noted);
@@ -287,7 +291,7 @@ async fn execute(
             let ctx = RequestContext::new(principal.clone(), request_id.clone());
             stamps = Some(ctx.stamps.clone());
             let request = request.data(ctx).data(Loaders::new(state.service.db()));
-            schema.execute(request).instrument(span).await
+            Box::pin(schema.execute(request).instrument(span)).await
         };
         let rendered = render(response, &request_id);
         if let (Some(d), Some(shape), false, false) = (&document, shape, prevalidated, rendered.request_error) {
