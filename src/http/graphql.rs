@@ -60,8 +60,9 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     }
     // The common body, one operation, is read straight into its parts. Anything else (a batch,
     // or a body it refuses) goes the general way below, which also names the fault precisely.
-    // `execute` is boxed: its future holds a whole GraphQL execution, and kept inline it would
-    // make this handler's future as large, copied at every layer it passes (see `execute`).
+    // `execute` is boxed: its future holds the operations and their state across its awaits,
+    // and kept inline it would make this handler's future as large, copied at every layer it
+    // passes (its own ways of answering are boxed in turn, see `execute`).
     if let Ok(operation) = serde_json::from_slice::<WireOperation>(&bytes) {
         return Box::pin(execute(&state, &headers, vec![operation.into_request()], false, Some(bytes), media)).await;
     }
