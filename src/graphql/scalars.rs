@@ -10,9 +10,13 @@ pub struct Date(pub NaiveDate);
 impl Date {
     /// The day `s` writes as `YYYY-MM-DD`, exactly as the scalar reads it; `None` otherwise.
     pub fn read(s: &str) -> Option<Self> {
+        // chrono alone would also take "2030-1-1".
         let well_formed = s.len() == 10
             && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
-        well_formed.then(|| NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().map(Date)).flatten()
+        if !well_formed {
+            return None;
+        }
+        NaiveDate::parse_from_str(s, "%Y-%m-%d").ok().map(Date)
     }
 }
 
