@@ -342,11 +342,16 @@ pub async fn mark_expired(
     limit: u64,
 ) -> Result<Vec<appointment::Model>, StoreError> {
     let backend = conn.get_database_backend();
-    let due = "SELECT id FROM appointment WHERE status = $1 AND expires_at <= $2 ORDER BY expires_at LIMIT $3";
-    let ids = super::claimed_ids(backend, due);
-    let sql = format!("UPDATE appointment SET status = $4 WHERE id {ids} AND status = $1 RETURNING *");
+    // The status is written into the text, not bound: a generic plan can use the partial index
+    // `ix_appointment_hold_expiry` (`WHERE status = 'HELD'`) only when its predicate is provable
+    // from the statement itself; with `status = $1` every pass read the whole table.
+    let (held, expired) = (appointment::HELD, appointment::EXPIRED);
+    let due =
+        format!("SELECT id FROM appointment WHERE status = '{held}' AND expires_at <= $1 ORDER BY expires_at LIMIT $2");
+    let ids = super::claimed_ids(backend, &due);
+    let sql = format!("UPDATE appointment SET status = '{expired}' WHERE id {ids} AND status = '{held}' RETURNING *");
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let values = [appointment::HELD.into(), now.into(), limit.into(), appointment::EXPIRED.into()];
+    let values = [now.into(), limit.into()];
     Ok(appointment::Entity::find()
         .from_raw_sql(sea_orm::Statement::from_sql_and_values(backend, sql, values))
         .all(conn)

@@ -18,7 +18,10 @@
 //! backlog (150 ms a claim, queues 20-30 s behind in the load test). `ARRAY(…)` runs once and
 //! the rows are found by key. The delivery workers' pool and the relay plan these statements
 //! afresh at each run (`plan_cache_mode = force_custom_plan`): a plan cached while the queue was
-//! empty would scan it.
+//! empty would scan it. A status named by a partial index's predicate (`WHERE status = 'HELD'`)
+//! is written into the statement, not bound: a generic plan can use such an index only when the
+//! statement itself proves the predicate (the hold expiry read the whole appointment table at
+//! every pass while its status was a parameter).
 
 #[macro_use]
 mod rows;
