@@ -233,7 +233,10 @@ impl Application {
         let policy = Arc::new(UrlPolicy::new(config.webhook_allow_cidrs.clone()));
         let max_attempts = i32::try_from(config.webhook_retry_schedule.len() + 1).unwrap_or(i32::MAX);
         let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
-        let recorder = WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell));
+        let room = config.webhook_concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
+        let webhook_handoff = Arc::new(crate::events::Handoff::new(room));
+        let recorder =
+            WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell), Arc::clone(&webhook_handoff));
         // The delivery workers' own connections, whose claims and outcomes need no WAL flush.
         let deliveries_db = db.relaxed_commit(DELIVERY_CONNECTIONS);
         let webhook_tasks = webhooks::sender::start(
@@ -246,6 +249,7 @@ impl Application {
                 policy: Arc::clone(&policy),
             },
             Arc::clone(&webhook_bell),
+            webhook_handoff,
         )
         .map_err(StartupError::Webhooks)?;
         let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);

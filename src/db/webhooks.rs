@@ -146,25 +146,7 @@ const INSERT_CHUNK: usize = 200;
 pub async fn insert_deliveries(conn: &impl ConnectionTrait, rows: Vec<NewDelivery>) -> Result<u64, StoreError> {
     let mut inserted = 0;
     for chunk in rows.chunks(INSERT_CHUNK) {
-        let models = chunk.iter().map(|d| delivery::ActiveModel {
-            endpoint_id: Set(d.endpoint_id),
-            outbox_id: Set(d.outbox_id),
-            appointment_id: Set(d.appointment_id),
-            event_id: Set(d.event_id.clone()),
-            event_type: Set(d.event_type.to_owned()),
-            payload: Set(d.payload.clone()),
-            status: Set(PENDING.to_owned()),
-            attempts: Set(0),
-            max_attempts: Set(d.max_attempts),
-            next_attempt_at: Set(Some(d.created_at)),
-            lease_token: Set(None),
-            last_status_code: Set(None),
-            last_attempt_at: Set(None),
-            last_error: Set(None),
-            created_at: Set(d.created_at),
-            ..Default::default()
-        });
-        let result = delivery::Entity::insert_many(models)
+        let result = delivery::Entity::insert_many(chunk.iter().map(|d| new_row(d, None)))
             .on_conflict_do_nothing_on([delivery::Column::OutboxId, delivery::Column::EndpointId])
             .exec_without_returning(conn)
             .await?;
@@ -173,6 +155,50 @@ pub async fn insert_deliveries(conn: &impl ConnectionTrait, rows: Vec<NewDeliver
         }
     }
     Ok(inserted)
+}
+
+/// [`insert_deliveries`], each new delivery already claimed by this instance's worker: leased
+/// until `lease_until` under `token`, as [`claim_due`] would have left it. Returns the new rows,
+/// for the worker to be handed.
+pub async fn insert_leased(
+    conn: &impl ConnectionTrait,
+    rows: &[NewDelivery],
+    lease_until: DateTime<Utc>,
+    token: i64,
+) -> Result<Vec<delivery::Model>, StoreError> {
+    let mut inserted = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let result = delivery::Entity::insert_many(chunk.iter().map(|d| new_row(d, Some((lease_until, token)))))
+            .on_conflict_do_nothing_on([delivery::Column::OutboxId, delivery::Column::EndpointId])
+            .exec_with_returning_many(conn)
+            .await?;
+        if let sea_orm::TryInsertResult::Inserted(rows) = result {
+            inserted.extend(rows);
+        }
+    }
+    Ok(inserted)
+}
+
+/// The row of a new delivery: due at once, or leased until then under that token.
+fn new_row(d: &NewDelivery, lease: Option<(DateTime<Utc>, i64)>) -> delivery::ActiveModel {
+    delivery::ActiveModel {
+        endpoint_id: Set(d.endpoint_id),
+        outbox_id: Set(d.outbox_id),
+        appointment_id: Set(d.appointment_id),
+        event_id: Set(d.event_id.clone()),
+        event_type: Set(d.event_type.to_owned()),
+        payload: Set(d.payload.clone()),
+        status: Set(PENDING.to_owned()),
+        attempts: Set(0),
+        max_attempts: Set(d.max_attempts),
+        next_attempt_at: Set(Some(lease.map_or(d.created_at, |(until, _)| until))),
+        lease_token: Set(lease.map(|(_, token)| token)),
+        last_status_code: Set(None),
+        last_attempt_at: Set(None),
+        last_error: Set(None),
+        created_at: Set(d.created_at),
+        ..Default::default()
+    }
 }
 
 /// One delivery.
@@ -307,6 +333,16 @@ pub enum Next {
     Failed,
     /// `410 Gone`: the endpoint is disabled and everything pending for it fails.
     Disable,
+}
+
+impl Next {
+    /// When the delivery is due again, if it is.
+    pub fn retry_at(self) -> Option<DateTime<Utc>> {
+        match self {
+            Self::Retry(at) => Some(at),
+            _ => None,
+        }
+    }
 }
 
 /// Attempts written per statement (7 values each on PostgreSQL).

@@ -17,6 +17,7 @@
 mod backoff;
 pub(crate) mod bus;
 pub mod follow_up;
+pub mod handoff;
 pub(crate) mod pubsub;
 pub(crate) mod relay;
 pub(crate) mod stream;
@@ -28,6 +29,7 @@ use futures_util::Stream;
 use tokio::{sync::watch, task::JoinHandle};
 
 pub use follow_up::{FollowUp, Notification};
+pub use handoff::Handoff;
 pub use relay::RelaySink;
 pub use stream::UPCOMING_WINDOW;
 

@@ -36,7 +36,7 @@ pub use facts::{Channel, Facts, Kind};
 pub use record::{reminder_due, MessageFollowUp};
 pub use worker::{retry_delay, LEASE};
 
-use crate::{config::Config, db::Db};
+use crate::{config::Config, db::Db, events::Handoff};
 use transport::{EmailTransport, SmsTransport};
 
 /// How an instance tells people, from the configuration.
@@ -98,7 +98,9 @@ pub struct NotifyTasks {
 /// Starts the worker on `db`; returns the follow-up the relay records messages with.
 pub fn start(db: Db, settings: NotifySettings) -> (Arc<MessageFollowUp>, NotifyTasks) {
     let wake = Arc::new(tokio::sync::Notify::new());
-    let follow_up = Arc::new(MessageFollowUp::new(settings.reminder_before, Arc::clone(&wake)));
+    let room = settings.concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
+    let handoff = Arc::new(Handoff::new(room));
+    let follow_up = Arc::new(MessageFollowUp::new(settings.reminder_before, Arc::clone(&wake), Arc::clone(&handoff)));
     let (stop, stopping) = watch::channel(false);
     let worker = worker::Worker {
         db,
@@ -110,6 +112,7 @@ pub fn start(db: Db, settings: NotifySettings) -> (Arc<MessageFollowUp>, NotifyT
         poll: settings.poll,
         concurrency: settings.concurrency,
         wake,
+        handoff,
     };
     let handle = tokio::spawn(worker.run(stopping));
     (follow_up, NotifyTasks { stop, handle: Some(handle) })

@@ -1,21 +1,33 @@
 //! Recording messages: the [`FollowUp`] the relay calls, in the transaction that deletes the
 //! events' outbox rows, so a message exists exactly when its change committed and is recorded
-//! once (a retried pass meets the unique index on (outbox row, channel, purpose)).
+//! once (a retried pass meets the unique index on (outbox row, channel, purpose)). While this
+//! instance's worker has room, the messages due now are recorded leased to it and handed over
+//! (see [`Handoff`]).
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use chrono::{DateTime, Utc};
 use sea_orm::DatabaseTransaction;
 use tokio::sync::Notify;
 
-use super::facts::{Channel, Facts, PURPOSE_EVENT, PURPOSE_REMINDER};
+use super::{
+    facts::{Channel, Facts, PURPOSE_EVENT, PURPOSE_REMINDER},
+    worker::LEASE,
+};
 use crate::{
     db::{
-        entity::appointment,
+        entity::{appointment, patient_message},
         messages::{self, EventSubject, NewMessage},
         micros, StoreError,
     },
-    events::{FollowUp, Notification},
+    events::{FollowUp, Handoff, Notification},
     model::AppointmentEvent,
 };
 
@@ -26,18 +38,26 @@ pub struct MessageFollowUp {
     reminder_before: Duration,
     /// The worker's bell.
     wake: Arc<Notify>,
+    /// Messages recorded leased to the worker, on their way to it.
+    handoff: Arc<Handoff<patient_message::Model>>,
+    /// Whether the last pass recorded messages due now that it could not hand over.
+    overflowed: AtomicBool,
 }
 
 impl MessageFollowUp {
-    /// A follow-up scheduling reminders `reminder_before` ahead, ringing `wake` after commits.
-    pub fn new(reminder_before: Duration, wake: Arc<Notify>) -> Self {
-        Self { reminder_before, wake }
+    /// A follow-up scheduling reminders `reminder_before` ahead, handing what it leases to the
+    /// worker through `handoff` and ringing `wake` after commits.
+    pub fn new(reminder_before: Duration, wake: Arc<Notify>, handoff: Arc<Handoff<patient_message::Model>>) -> Self {
+        Self { reminder_before, wake, handoff, overflowed: AtomicBool::new(false) }
     }
 }
 
 #[async_trait::async_trait]
 impl FollowUp for MessageFollowUp {
     async fn record(&self, tx: &DatabaseTransaction, events: &[Notification]) -> Result<(), StoreError> {
+        // Whatever a pass that rolled back staged is never handed over.
+        self.handoff.stage(Vec::new());
+        self.overflowed.store(false, Ordering::Release);
         let mut ids: Vec<i64> = events.iter().map(|n| n.appointment_id).collect();
         ids.sort_unstable();
         ids.dedup();
@@ -53,12 +73,28 @@ impl FollowUp for MessageFollowUp {
                 rows.extend(messages_for(n, subject, self.reminder_before, now)?);
             }
         }
-        messages::record(tx, &rows, now).await?;
+        // The messages due now, as many as the worker has room for, go to it leased; reminders
+        // and the rest wait in the queue for any worker's claim.
+        let (mut leased, mut queued): (Vec<NewMessage>, Vec<NewMessage>) =
+            rows.into_iter().partition(|m| m.purpose == PURPOSE_EVENT);
+        let overflow = leased.split_off(self.handoff.room().min(leased.len()));
+        self.overflowed.store(!overflow.is_empty(), Ordering::Release);
+        queued.extend(overflow);
+        messages::record(tx, &queued, now).await?;
+        if !leased.is_empty() {
+            let lease = micros(now + chrono::Duration::from_std(LEASE).unwrap_or_default());
+            self.handoff.stage(messages::record_leased(tx, &leased, now, lease).await?);
+        }
         Ok(())
     }
 
     fn committed(&self) {
-        self.wake.notify_one();
+        // The handed-over messages ring the worker through the hand-off; the bell sends it to
+        // the database, where the others wait.
+        self.handoff.commit();
+        if self.overflowed.swap(false, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
     }
 }
 

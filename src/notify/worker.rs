@@ -19,7 +19,9 @@
 //!   be rendered fails at once.
 //!
 //! The worker is woken by the relay right after it recorded messages, and polls
-//! (`NOTIFY_POLL_MS`) for retries, reminders and what other instances recorded.
+//! (`NOTIFY_POLL_MS`) for retries, reminders and what other instances recorded. The messages
+//! the relay recorded leased to it (see [`Handoff`]) come first, without a claim; they are
+//! settled, released and, after a crash, claimed again exactly like a claimed batch.
 
 use std::{
     collections::HashMap,
@@ -38,11 +40,14 @@ use super::{
     render::{self, Draft, RenderError, Sender},
     transport::{EmailTransport, SendError, SmsTransport, SMTP_TIMEOUT},
 };
-use crate::db::{
-    appointments,
-    entity::{appointment, patient_message},
-    messages::{self, Settle},
-    micros, Db, StoreError,
+use crate::{
+    db::{
+        appointments,
+        entity::{appointment, patient_message},
+        messages::{self, Settle},
+        micros, Db, StoreError,
+    },
+    events::Handoff,
 };
 
 /// How long a claimed message is reserved for its attempt: longer than two SMTP exchanges
@@ -66,6 +71,16 @@ pub(super) struct Worker {
     pub(super) poll: Duration,
     pub(super) concurrency: usize,
     pub(super) wake: Arc<Notify>,
+    /// What the relay recorded leased to this worker.
+    pub(super) handoff: Arc<Handoff<patient_message::Model>>,
+}
+
+/// What one pass took.
+struct Pass {
+    /// Messages attempted.
+    taken: usize,
+    /// Whether it claimed from the database (and so saw what was due there).
+    claimed: bool,
 }
 
 /// How one attempt ended.
@@ -84,10 +99,26 @@ enum AttemptError {
 }
 
 impl Worker {
-    /// Runs until `stop` fires (see the module doc for what a stop does to a batch in flight).
-    pub(super) async fn run(self, mut stop: watch::Receiver<bool>) {
+    /// Runs until `stop` fires (see the module doc for what a stop does to a batch in flight),
+    /// then gives back what was handed over and not started.
+    pub(super) async fn run(self, stop: watch::Receiver<bool>) {
+        self.work(stop).await;
+        let unstarted: Vec<(i64, DateTime<Utc>, Settle)> = self
+            .handoff
+            .close()
+            .into_iter()
+            .filter_map(|m| Some((m.id, m.locked_until?, Settle::Released { at: micros(Utc::now()) })))
+            .collect();
+        self.settle(&unstarted).await;
+    }
+
+    async fn work(&self, mut stop: watch::Receiver<bool>) {
         let mut failures = 0u32;
         let mut gauges_at: Option<Instant> = None;
+        // When to look at the database next: at once when the bell rang (the relay recorded
+        // more than it could hand over), else at the poll, for retries, reminders and what other
+        // instances recorded. What is handed over needs no look.
+        let mut claim_at = Instant::now();
         loop {
             if *stop.borrow() {
                 return;
@@ -96,65 +127,86 @@ impl Worker {
                 self.refresh_gauges().await;
                 gauges_at = Some(Instant::now());
             }
-            let wait = match self.pass(&stop).await {
-                Ok(taken) if taken == self.batch() => {
+            match self.pass(&stop, Instant::now() >= claim_at).await {
+                Ok(Pass { taken, .. }) if taken == self.batch() => {
                     failures = 0;
                     continue;
                 }
-                Ok(_) => {
+                Ok(Pass { claimed, .. }) => {
                     failures = 0;
-                    self.poll
+                    if claimed {
+                        claim_at = Instant::now() + self.poll;
+                    }
                 }
                 Err(error) => {
                     failures = failures.saturating_add(1);
                     tracing::warn!(%error, "message worker pass failed; retrying");
-                    Duration::from_millis(100u64 << failures.min(6)).min(Duration::from_secs(5))
+                    claim_at =
+                        Instant::now() + Duration::from_millis(100u64 << failures.min(6)).min(Duration::from_secs(5));
                 }
-            };
+            }
             tokio::select! {
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
+                () = self.wake.notified() => claim_at = Instant::now(),
+                () = self.handoff.ready() => {}
+                () = tokio::time::sleep_until(claim_at.into()) => {}
                 () = stopped(&mut stop) => return,
             }
         }
     }
 
     /// Messages claimed at once: twice what is sent at once, so the next sends are ready.
-    fn batch(&self) -> usize {
+    pub(super) fn batch(&self) -> usize {
         self.concurrency.saturating_mul(2)
     }
 
-    /// Claims a batch, attempts each message, records the outcomes; returns the batch's size.
-    async fn pass(&self, stop: &watch::Receiver<bool>) -> Result<usize, StoreError> {
-        let now = micros(Utc::now());
-        let lease = micros(now + chrono::Duration::from_std(LEASE).unwrap_or_default());
-        let claimed = messages::claim(&self.db, self.batch(), now, lease).await?;
-        if claimed.is_empty() {
-            return Ok(0);
+    /// Takes what was handed over and, when `claim` says so and there is room left, claims
+    /// more; attempts each message and records the outcomes.
+    async fn pass(&self, stop: &watch::Receiver<bool>, claim: bool) -> Result<Pass, StoreError> {
+        let fresh = Utc::now() + chrono::Duration::from_std(LEASE / 2).unwrap_or_default();
+        let mut batch = self.handoff.take(self.batch(), |m| m.locked_until.is_some_and(|lease| lease > fresh));
+        let room = self.batch().saturating_sub(batch.len());
+        let claimed = claim && room > 0;
+        if claimed {
+            let now = micros(Utc::now());
+            let lease = micros(now + chrono::Duration::from_std(LEASE).unwrap_or_default());
+            batch.extend(messages::claim(&self.db, room, now, lease).await?);
         }
-        let taken = claimed.len();
+        let taken = batch.len();
+        if taken == 0 {
+            return Ok(Pass { taken, claimed });
+        }
         let reminded: Vec<i64> =
-            claimed.iter().filter(|m| m.purpose == super::facts::PURPOSE_REMINDER).map(|m| m.appointment_id).collect();
+            batch.iter().filter(|m| m.purpose == super::facts::PURPOSE_REMINDER).map(|m| m.appointment_id).collect();
         let appointments: HashMap<i64, appointment::Model> = if reminded.is_empty() {
             HashMap::new()
         } else {
             appointments::find_many(self.db.conn(), &reminded).await?.into_iter().map(|a| (a.id, a)).collect()
         };
-        let outcomes: Vec<(i64, Settle)> = futures_util::stream::iter(claimed)
-            .map(|m| self.attempt(m, &appointments, stop))
+        let appointments = &appointments;
+        let outcomes: Vec<(i64, DateTime<Utc>, Settle)> = futures_util::stream::iter(batch)
+            // Every claimed or handed-over row carries its lease; one without (none is) would
+            // only be settled by nobody and sent again when due.
+            .filter_map(|m| std::future::ready(m.locked_until.map(|lease| (m, lease))))
+            .map(|(m, lease)| async move {
+                let (id, settle) = self.attempt(m, appointments, stop).await;
+                (id, lease, settle)
+            })
             .buffer_unordered(self.concurrency)
             .collect()
             .await;
-        self.settle(lease, &outcomes).await;
-        Ok(taken)
+        self.settle(&outcomes).await;
+        Ok(Pass { taken, claimed })
     }
 
     /// Records the outcomes, retrying briefly: a message sent but not recorded as sent would be
     /// sent again when its lease ends.
-    async fn settle(&self, lease: DateTime<Utc>, outcomes: &[(i64, Settle)]) {
+    async fn settle(&self, outcomes: &[(i64, DateTime<Utc>, Settle)]) {
+        if outcomes.is_empty() {
+            return;
+        }
         let mut delay = Duration::from_millis(200);
         for attempt in 1..=5 {
-            match messages::settle(self.db.conn(), lease, outcomes).await {
+            match messages::settle(self.db.conn(), outcomes).await {
                 Ok(()) => return,
                 Err(error) if attempt < 5 => {
                     tracing::warn!(%error, "recording message outcomes failed; retrying");

@@ -14,14 +14,21 @@ use sea_orm::DatabaseTransaction;
 use sha2::Sha256;
 use tokio::sync::Notify;
 
-use super::event::{self, EventType};
+use rand::Rng;
+
+use super::{
+    event::{self, EventType},
+    sender::LEASE,
+};
 use crate::{
     db::{
         appointments::{self, AppointmentRecord, Filter},
         entity::webhook_endpoint,
-        micros, webhooks as store, StoreError,
+        micros,
+        webhooks::{self as store, Claimed},
+        StoreError,
     },
-    events::{FollowUp, Notification},
+    events::{FollowUp, Handoff, Notification},
 };
 
 /// Event ids (`webhook-id`): `msg_` and 32 hex digits, derived from the outbox row by a keyed
@@ -47,20 +54,24 @@ impl EventIds {
     }
 }
 
-/// Records one delivery per subscribed, enabled endpoint for each committed appointment event.
+/// Records one delivery per subscribed, enabled endpoint for each committed appointment event:
+/// leased to this instance's worker and handed over while it has room (see [`Handoff`]), due
+/// for any worker's claim otherwise.
 pub struct WebhookRecorder {
     ids: EventIds,
     max_attempts: i32,
-    /// Rung after a pass that recorded deliveries has committed.
+    /// Rung after a pass that recorded deliveries it could not hand over has committed.
     wake: Arc<Notify>,
     recorded: AtomicBool,
+    /// Deliveries recorded leased to the worker (with the lease's token), on their way to it.
+    handoff: Arc<Handoff<(Claimed, i64)>>,
 }
 
 impl WebhookRecorder {
-    /// A recorder giving new deliveries `max_attempts`, ringing `wake` after each commit that
-    /// recorded some.
-    pub fn new(ids: EventIds, max_attempts: i32, wake: Arc<Notify>) -> Self {
-        Self { ids, max_attempts, wake, recorded: AtomicBool::new(false) }
+    /// A recorder giving new deliveries `max_attempts`, handing what it leases to the worker
+    /// through `handoff`, and ringing `wake` after each commit that recorded others.
+    pub fn new(ids: EventIds, max_attempts: i32, wake: Arc<Notify>, handoff: Arc<Handoff<(Claimed, i64)>>) -> Self {
+        Self { ids, max_attempts, wake, recorded: AtomicBool::new(false), handoff }
     }
 }
 
@@ -77,6 +88,9 @@ fn subscribed(endpoint: &webhook_endpoint::Model, record: &AppointmentRecord, ki
 #[async_trait::async_trait]
 impl FollowUp for WebhookRecorder {
     async fn record(&self, tx: &DatabaseTransaction, events: &[Notification]) -> Result<(), StoreError> {
+        // Whatever a pass that rolled back staged is never handed over.
+        self.handoff.stage(Vec::new());
+        self.recorded.store(false, Ordering::Release);
         // The endpoints first: with none, a pass costs one small query.
         let endpoints = store::enabled_endpoints(tx).await?;
         if endpoints.is_empty() {
@@ -116,13 +130,34 @@ impl FollowUp for WebhookRecorder {
         if rows.is_empty() {
             return Ok(());
         }
-        let inserted = store::insert_deliveries(tx, rows).await?;
+        let queued = rows.split_off(self.handoff.room().min(rows.len()));
+        let mut inserted = 0;
+        if !queued.is_empty() {
+            inserted += store::insert_deliveries(tx, queued).await?;
+            self.recorded.store(true, Ordering::Release);
+        }
+        if !rows.is_empty() {
+            let token: i64 = rand::thread_rng().gen_range(1..i64::MAX);
+            let lease_until = now + chrono::Duration::from_std(LEASE).unwrap_or_else(|_| chrono::Duration::minutes(2));
+            let leased = store::insert_leased(tx, &rows, lease_until, token).await?;
+            inserted += leased.len() as u64;
+            let handed = leased
+                .into_iter()
+                .filter_map(|delivery| {
+                    let endpoint = endpoints.iter().find(|e| e.id == delivery.endpoint_id)?.clone();
+                    Some((Claimed { delivery, endpoint }, token))
+                })
+                .collect();
+            self.handoff.stage(handed);
+        }
         metrics::counter!("webhook_deliveries_recorded_total").increment(inserted);
-        self.recorded.store(true, Ordering::Release);
         Ok(())
     }
 
     fn committed(&self) {
+        // The handed-over deliveries ring the worker through the hand-off; the bell sends it
+        // to the database, where the others wait.
+        self.handoff.commit();
         if self.recorded.swap(false, Ordering::AcqRel) {
             self.wake.notify_one();
         }

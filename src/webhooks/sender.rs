@@ -38,10 +38,13 @@ use super::{
     address::{Scheme, UrlPolicy},
     signing, signing_keys,
 };
-use crate::db::{
-    micros,
-    webhooks::{self as store, Attempt, Claimed, Next},
-    Db,
+use crate::{
+    db::{
+        micros,
+        webhooks::{self as store, Attempt, Claimed, Next},
+        Db,
+    },
+    events::Handoff,
 };
 
 /// How long a claim keeps a delivery from other workers: well beyond the longest attempt.
@@ -104,14 +107,20 @@ impl Drop for WebhookTasks {
     }
 }
 
-/// Starts the worker of an instance on `db`, rung by `wake`.
-pub fn start(db: Db, settings: SenderSettings, wake: Arc<Notify>) -> Result<WebhookTasks, String> {
+/// Starts the worker of an instance on `db`, rung by `wake` and fed by `handoff`.
+pub fn start(
+    db: Db,
+    settings: SenderSettings,
+    wake: Arc<Notify>,
+    handoff: Arc<Handoff<(Claimed, i64)>>,
+) -> Result<WebhookTasks, String> {
     let https = client(&settings, Scheme::Https)?;
     let http = client(&settings, Scheme::Http)?;
     let (stop, stopping) = watch::channel(false);
     let worker = Worker {
         shared: Arc::new(Shared { db, https, http, settings, leases: Mutex::default() }),
         wake,
+        handoff,
         stopping,
         gauges_at: None,
     };
@@ -167,6 +176,8 @@ struct Shared {
 struct Worker {
     shared: Arc<Shared>,
     wake: Arc<Notify>,
+    /// What the relay recorded leased to this worker.
+    handoff: Arc<Handoff<(Claimed, i64)>>,
     stopping: watch::Receiver<bool>,
     /// When the depth gauge was last counted.
     gauges_at: Option<Instant>,
@@ -179,6 +190,10 @@ impl Worker {
         let mut in_flight: JoinSet<Option<Attempt>> = JoinSet::new();
         let mut recording: JoinSet<()> = JoinSet::new();
         let mut done: Vec<Attempt> = Vec::new();
+        // When to look at the database next: at once when the bell rang (deliveries the relay
+        // could not hand over, a redelivery), else when the next retry is due or at the poll.
+        // What is handed over needs no look.
+        let mut claim_at = Instant::now();
         loop {
             while let Some(finished) = in_flight.try_join_next() {
                 done.extend(outcome_of(finished));
@@ -191,39 +206,67 @@ impl Worker {
             if !done.is_empty() && recording.len() < RECORDERS {
                 let shared = Arc::clone(&self.shared);
                 let batch = std::mem::take(&mut done);
+                // A retry it sets may be due before the next look at the database.
+                if let Some(at) = batch.iter().filter_map(|a| a.next.retry_at()).min() {
+                    claim_at = claim_at.min(Instant::now() + (at - Utc::now()).to_std().unwrap_or(Duration::ZERO));
+                }
                 recording.spawn(async move { shared.record(batch).await });
             }
+            let fresh = Utc::now() + chrono::Duration::from_std(LEASE / 2).unwrap_or_default();
+            let handed = self.handoff.take(concurrency.saturating_sub(in_flight.len()), |(c, _)| {
+                c.delivery.next_attempt_at.is_some_and(|lease| lease > fresh)
+            });
+            self.spawn_attempts(&mut in_flight, handed);
             let room = concurrency.saturating_sub(in_flight.len());
-            let mut wait = poll;
             // Claims wait for a quarter of the places to be free (or all, when idle), so a
             // busy worker claims several deliveries per statement, not one per finished attempt.
-            if room > 0 && (in_flight.is_empty() || room * 4 >= concurrency) {
+            if Instant::now() >= claim_at && room > 0 && (in_flight.is_empty() || room * 4 >= concurrency) {
                 match self.claim(room).await {
                     Ok(batch) => {
-                        for (claimed, token) in batch {
-                            let shared = Arc::clone(&self.shared);
-                            in_flight.spawn(async move { shared.attempt(claimed, token).await });
-                        }
-                        if in_flight.len() < concurrency {
-                            wait = self.until_next_due(poll).await;
+                        let short = batch.len() < room;
+                        self.spawn_attempts(&mut in_flight, batch);
+                        if short {
+                            claim_at = Instant::now() + self.until_next_due(poll).await;
                         }
                     }
-                    Err(error) => tracing::warn!(%error, "claiming webhook deliveries failed; retrying"),
+                    Err(error) => {
+                        tracing::warn!(%error, "claiming webhook deliveries failed; retrying");
+                        claim_at = Instant::now() + poll;
+                    }
                 }
             }
             let full = in_flight.len() >= concurrency;
+            // Waiting for a place when a claim is due: an attempt finishing is what wakes.
+            let timer = !full && claim_at > Instant::now();
             tokio::select! {
                 () = stopped(&mut self.stopping) => break,
-                () = self.wake.notified() => {}
+                () = self.wake.notified() => claim_at = Instant::now(),
+                () = self.handoff.ready() => {}
                 Some(finished) = in_flight.join_next(), if !in_flight.is_empty() => done.extend(outcome_of(finished)),
-                // A batch written: a place for the next one, and a retry it set may be due
-                // sooner than the wait chosen before it was written.
+                // A batch written: a place for the next one.
                 Some(_) = recording.join_next(), if !recording.is_empty() => {}
-                () = tokio::time::sleep(wait), if !full => {}
+                () = tokio::time::sleep_until(claim_at.into()), if timer => {}
             }
         }
         while recording.join_next().await.is_some() {}
+        // Handed over and not started: given back at once, for the next instance or start.
+        let unstarted: Vec<(i64, i64)> =
+            self.handoff.close().into_iter().map(|(c, token)| (c.delivery.id, token)).collect();
+        self.shared.give_back(unstarted).await;
         self.stop(in_flight, done).await;
+    }
+
+    /// Starts an attempt of each delivery, keeping its lease to give back if the worker stops.
+    fn spawn_attempts(&self, in_flight: &mut JoinSet<Option<Attempt>>, batch: Vec<(Claimed, i64)>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut leases = self.shared.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        for (claimed, token) in batch {
+            leases.insert(claimed.delivery.id, token);
+            let shared = Arc::clone(&self.shared);
+            in_flight.spawn(async move { shared.attempt(claimed, token).await });
+        }
     }
 
     /// Claims up to `room` due deliveries under a fresh token.
@@ -232,14 +275,7 @@ impl Worker {
         let token: i64 = rand::thread_rng().gen_range(1..i64::MAX);
         let lease_until = now + chrono::Duration::from_std(LEASE).unwrap_or_else(|_| chrono::Duration::minutes(2));
         let batch = store::claim_due(&self.shared.db, now, lease_until, token, room as u64).await?;
-        let mut leases = self.shared.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(batch
-            .into_iter()
-            .map(|c| {
-                leases.insert(c.delivery.id, token);
-                (c, token)
-            })
-            .collect())
+        Ok(batch.into_iter().map(|c| (c, token)).collect())
     }
 
     /// Sets the queue gauges (the depth every [`GAUGES_EVERY`]); returns how long to wait for
@@ -285,14 +321,11 @@ impl Worker {
         }
         let leases: Vec<(i64, i64)> =
             self.shared.leases.lock().unwrap_or_else(PoisonError::into_inner).drain().collect();
-        let now = micros(Utc::now());
-        for (delivery, token) in leases {
+        for (delivery, _) in &leases {
             // It may have reached the partner: it goes again, with the same webhook-id.
             tracing::info!(delivery, "webhook attempt interrupted by shutdown; it will be sent again");
-            if let Err(error) = store::release(&self.shared.db, delivery, token, now).await {
-                tracing::warn!(delivery, %error, "cannot give a webhook delivery back; it is due when its lease ends");
-            }
         }
+        self.shared.give_back(leases).await;
     }
 }
 
@@ -325,6 +358,16 @@ enum Answer {
 }
 
 impl Shared {
+    /// Gives claims back (delivery, token): due at once, for the next instance or start.
+    async fn give_back(&self, claims: Vec<(i64, i64)>) {
+        let now = micros(Utc::now());
+        for (delivery, token) in claims {
+            if let Err(error) = store::release(&self.db, delivery, token, now).await {
+                tracing::warn!(delivery, %error, "cannot give a webhook delivery back; it is due when its lease ends");
+            }
+        }
+    }
+
     /// Writes the outcomes of finished attempts down, retrying briefly: an attempt that reached
     /// the partner but is not written down is sent again when its lease ends.
     async fn record(&self, done: Vec<Attempt>) {

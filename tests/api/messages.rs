@@ -403,6 +403,37 @@ async fn a_restart_loses_no_message_and_sends_it_once() {
 }
 
 #[tokio::test]
+async fn more_messages_than_the_worker_has_room_for_each_go_out_once() {
+    // One message at a time, so room for 16 handed over: most of the forty are recorded due
+    // and claimed from the queue instead, and the two ways meet on no message.
+    let Some(sink) = SmtpSink::start(None).await else {
+        return;
+    };
+    let database = TestDatabase::new().await;
+    let url = sink.url();
+    let settings = [NO_REMINDERS, ("SMTP_URL", url.as_str()), ("MAIL_FROM", FROM), ("NOTIFY_CONCURRENCY", "1")];
+    let app = TestApp::spawn_on(&database, &settings).await;
+    let (_, slot) = app.doctor_with_slot(40).await;
+    let patients: Vec<u64> = (1301..=1340).collect();
+    for &id in &patients {
+        set_contact(&app, &patient(id), json!({ "email": format!("p{id}@example.org") })).await;
+    }
+    futures_util::future::join_all(patients.iter().map(|&id| {
+        let (app, slot) = (&app, &slot);
+        async move { book(app, id, slot, &format!("room-{id}")).await }
+    }))
+    .await;
+    sink.wait_for(40).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut recipients: Vec<String> = sink.received().iter().map(|r| r.rcpt_tos[0].clone()).collect();
+    recipients.sort();
+    let expected: Vec<String> = patients.iter().map(|id| format!("p{id}@example.org")).collect();
+    assert_eq!(recipients, expected, "each once");
+    let rows = all_recorded(&app).await;
+    assert!(rows.iter().all(|m| m.status == "SENT" && m.attempts == 1), "{rows:?}");
+}
+
+#[tokio::test]
 async fn messages_are_kept_as_failed_after_the_last_attempt() {
     let port = free_port();
     let database = TestDatabase::new().await;

@@ -473,6 +473,28 @@ async fn many_deliveries_at_once_each_count_their_own_attempts() {
 }
 
 #[tokio::test]
+async fn more_deliveries_than_the_worker_has_room_for_each_go_out_once() {
+    // One attempt at a time, so room for 16 handed over: most of the forty are recorded due
+    // and claimed from the queue instead, and the two ways meet on no delivery.
+    let (app, _db) = spawn_local(&[("WEBHOOK_CONCURRENCY", "1")]).await;
+    let receiver = Receiver::start(vec![], Reply::Status(200)).await;
+    let (endpoint, _) = app.endpoint(&partner("acme"), &receiver.url(), None).await;
+    futures_util::future::join_all((1..=40).map(|p| app.partner_books("acme", p))).await;
+    let deliveries = app
+        .deliveries_when(&partner("acme"), &endpoint, "forty successes", |d| {
+            d.len() == 40 && d.iter().all(|d| d["status"] == "SUCCEEDED")
+        })
+        .await;
+    assert!(deliveries.iter().all(|d| d["attempts"] == 1), "{deliveries:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ids: Vec<String> = receiver.requests().iter().map(|r| r.header("webhook-id").to_owned()).collect();
+    assert_eq!(ids.len(), 40, "each once");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40);
+}
+
+#[tokio::test]
 async fn gone_disables_the_endpoint_and_stops_what_is_pending() {
     // A long schedule: the first delivery waits for its retry while the second answers 410.
     let (app, _db) = spawn_local(&[("WEBHOOK_RETRY_SCHEDULE", "1h")]).await;
