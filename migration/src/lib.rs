@@ -9,10 +9,10 @@
 //! never relies on them alone, but it never relies on itself alone either:
 //! - `time_slot`: `CHECK (capacity > 0)`, `CHECK (booked_count BETWEEN 0 AND capacity)`,
 //!   `UNIQUE (doctor_id, start_at)`;
-//! - `appointment`: one active appointment per (slot, patient) (partial unique index), one
-//!   appointment per (caller, idempotency key), no two active appointments of one patient
-//!   overlapping in time (exclusion constraint; triggers on SQLite), and CHECKs tying each
-//!   status to its timestamps.
+//! - `appointment`: one appointment per (caller, idempotency key), no two active appointments
+//!   of one patient overlapping in time (exclusion constraint; triggers on SQLite), which also
+//!   means one active appointment per (slot, patient), and CHECKs tying each status to its
+//!   timestamps.
 
 pub use sea_orm_migration::prelude::*;
 
@@ -21,6 +21,7 @@ mod m20261201_000001_lifecycle;
 mod m20261201_000002_messages;
 mod m20261201_000003_webhooks;
 mod m20261201_000004_waitlist;
+mod m20261202_000001_overlap_only;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000002_messages::Migration),
             Box::new(m20261201_000003_webhooks::Migration),
             Box::new(m20261201_000004_waitlist::Migration),
+            Box::new(m20261202_000001_overlap_only::Migration),
         ]
     }
 }
@@ -42,7 +44,8 @@ impl MigratorTrait for Migrator {
 /// apart from other unique violations by it.
 pub const UQ_APPOINTMENT_CALLER_KEY: &str = "uq_appointment_caller_key";
 /// Name of the partial unique index "one active (HELD or BOOKED) appointment per (first slot,
-/// patient)".
+/// patient)", until the overlap rule, which says the same, replaced it
+/// (`m20261202_000001_overlap_only`).
 pub const UQ_APPOINTMENT_ACTIVE_PATIENT: &str = "uq_appointment_active_patient";
 /// Name of the rule "no two active appointments of one patient overlap in time": an exclusion
 /// constraint on PostgreSQL, triggers on SQLite (`…_insert`, `…_update`) raising this name.

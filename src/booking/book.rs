@@ -325,10 +325,11 @@ impl BookingService {
                     None => Err(StoreError::Inconsistent("idempotency key taken but not found".into()).into()),
                 }
             }
-            // A retry of the request that holds the seat breaks the unique indexes and the
-            // overlap rule, and the database may name any of them: the key decides, then the
-            // patient's appointments say which refusal comes first.
-            Err(InsertError::AlreadyBooked | InsertError::Overlapping) => {
+            // A retry of the request that holds the seat breaks both the key's unique index
+            // and the overlap rule, and the database may name either: the key decides, then
+            // the patient's appointments say which refusal it is (a seat in this very slot is
+            // `ALREADY_BOOKED`, the overlap rule being the only one that refuses it).
+            Err(InsertError::Overlapping) => {
                 if let Some(answer) = self.replay(p).await? {
                     return Ok(answer);
                 }

@@ -156,7 +156,7 @@ impl BookingService {
                 };
             }
             Ok(Err(Unmoved::Refused(InsertError::Store(e)))) | Err(e) => return Err(e.into()),
-            Ok(Err(Unmoved::NoSeat | Unmoved::Refused(InsertError::AlreadyBooked | InsertError::Overlapping))) => {
+            Ok(Err(Unmoved::NoSeat | Unmoved::Refused(InsertError::Overlapping))) => {
                 return self.unmoved_refusal(&old, &new_ids, now).await;
             }
         };

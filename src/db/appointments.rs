@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use migration::{EX_APPOINTMENT_PATIENT_OVERLAP, UQ_APPOINTMENT_ACTIVE_PATIENT, UQ_APPOINTMENT_CALLER_KEY};
+use migration::{EX_APPOINTMENT_PATIENT_OVERLAP, UQ_APPOINTMENT_CALLER_KEY};
 use sea_orm::{
     sea_query::{Asterisk, Expr, ExprTrait, Query},
     ActiveValue::Set,
@@ -165,10 +165,8 @@ pub enum InsertError {
     /// The caller's key was used by a concurrent request that committed first.
     #[error("idempotency key taken")]
     KeyTaken,
-    /// The patient already holds an active appointment in the first slot.
-    #[error("patient already holds the slot")]
-    AlreadyBooked,
-    /// The patient holds an active appointment overlapping this one in time.
+    /// The patient holds an active appointment overlapping this one in time, perhaps in the
+    /// same slot: the caller reads [`conflicts`] to word the refusal.
     #[error("patient holds an overlapping appointment")]
     Overlapping,
     /// Anything else.
@@ -225,8 +223,6 @@ pub async fn insert(
 pub(crate) fn classify(err: DbErr) -> InsertError {
     if is_unique_violation(&err, UQ_APPOINTMENT_CALLER_KEY, "appointment.idempotency_key") {
         InsertError::KeyTaken
-    } else if is_unique_violation(&err, UQ_APPOINTMENT_ACTIVE_PATIENT, "appointment.patient_id") {
-        InsertError::AlreadyBooked
     } else if is_overlap_violation(&err) {
         InsertError::Overlapping
     } else {

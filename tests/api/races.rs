@@ -70,6 +70,22 @@ async fn many_patients_ten_seats(two: bool) {
     apps[0].assert_counts_consistent().await;
 }
 
+/// One patient asking for one seat many times at once, each with its own key, on a slot with
+/// room for all of them: the overlap rule alone keeps the patient to one seat, and every other
+/// attempt reads as `ALREADY_BOOKED` with its seat given back.
+async fn one_patient_many_keys(two: bool) {
+    let (apps, _db) = instances(two).await;
+    let (_, slot) = apps[0].doctor_with_slot(20).await;
+    let token = patient(77);
+    let answers = race(&apps, 20, &slot, |_| token.clone(), |i| format!("k{i}"), None).await;
+    assert_eq!(booked(&answers), 1, "{answers:?}");
+    let refused = answers.iter().filter(|a| a["appointment"].is_null());
+    assert!(refused.clone().all(|a| user_error(a) == Some("ALREADY_BOOKED")), "{answers:?}");
+    assert_eq!(refused.count(), 19);
+    assert_eq!(apps[0].slot(&slot).await["bookedCount"], 1);
+    apps[0].assert_counts_consistent().await;
+}
+
 /// Every one of 50 concurrent retries of one request answers with the same appointment.
 fn all_answer_one_appointment(answers: &[Value]) {
     let ids: Vec<&str> = answers.iter().filter_map(|a| a["appointment"]["id"].as_str()).collect();
@@ -133,6 +149,16 @@ async fn two_hundred_patients_ten_seats() {
 #[tokio::test]
 async fn two_hundred_patients_ten_seats_two_instances() {
     many_patients_ten_seats(true).await;
+}
+
+#[tokio::test]
+async fn one_patient_twenty_keys_one_seat() {
+    one_patient_many_keys(false).await;
+}
+
+#[tokio::test]
+async fn one_patient_twenty_keys_one_seat_two_instances() {
+    one_patient_many_keys(true).await;
 }
 
 #[tokio::test]
