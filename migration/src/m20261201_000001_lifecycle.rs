@@ -205,7 +205,7 @@ fn appointment_checks() -> Vec<String> {
 }
 
 /// One active appointment per (first slot, patient): a seat is held or booked once.
-fn active_patient_index() -> String {
+pub(crate) fn active_patient_index() -> String {
     format!(
         "CREATE UNIQUE INDEX {UQ_APPOINTMENT_ACTIVE_PATIENT} ON appointment (slot_id, patient_id) \
          WHERE status IN {ACTIVE}"

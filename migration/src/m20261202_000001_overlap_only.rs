@@ -1,8 +1,9 @@
 //! One rule for "a patient takes a seat once": the overlap rule.
 //!
 //! An active appointment in a slot overlaps every other active appointment of the same
-//! patient in that slot, so [`EX_APPOINTMENT_PATIENT_OVERLAP`](crate::EX_APPOINTMENT_PATIENT_OVERLAP) (the exclusion constraint on
-//! PostgreSQL, the triggers on SQLite) already refuses a second seat in it. The partial unique
+//! patient in that slot, so the overlap rule
+//! ([`EX_APPOINTMENT_PATIENT_OVERLAP`](crate::EX_APPOINTMENT_PATIENT_OVERLAP): the exclusion
+//! constraint on PostgreSQL, the triggers on SQLite) already refuses a second seat in it. The partial unique
 //! index [`UQ_APPOINTMENT_ACTIVE_PATIENT`] said the same a second time, and every booking paid
 //! for it: one more index entry written and probed in the statement that takes the seat
 //! (9–20 % of that statement's throughput in pgbench, BENCHMARKS.md "Eleventh pass"). Which
@@ -11,7 +12,7 @@
 
 use sea_orm_migration::prelude::*;
 
-use crate::UQ_APPOINTMENT_ACTIVE_PATIENT;
+use crate::{m20261201_000001_lifecycle, UQ_APPOINTMENT_ACTIVE_PATIENT};
 
 /// Drops the unique index the overlap rule covers.
 pub(crate) struct Migration;
@@ -31,13 +32,7 @@ impl MigrationTrait for Migration {
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
-        manager
-            .get_connection()
-            .execute_unprepared(&format!(
-                "CREATE UNIQUE INDEX {UQ_APPOINTMENT_ACTIVE_PATIENT} ON appointment (slot_id, patient_id) \
-                 WHERE status IN ('HELD', 'BOOKED')"
-            ))
-            .await?;
+        manager.get_connection().execute_unprepared(&m20261201_000001_lifecycle::active_patient_index()).await?;
         Ok(())
     }
 }
