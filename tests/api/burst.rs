@@ -125,6 +125,8 @@ async fn a_schedule_published_on_one_instance_ends_the_answers_another_keeps() {
     read_twice_from_cache(&b, &doctor, 1, "B keeps its answer").await;
 
     a.publish(&doctor, &tomorrow(), "10:00", "10:30", 15, 1).await;
+    // The publish's outbox rows send B a second notice after the first: let it come first.
+    relayed(&a).await;
     assert!(list_reaches(&b, &doctor, 3).await, "B never heard of A's new slots");
     let before = b.statements();
     assert_eq!(list(&b, &doctor).await.len(), 3);
