@@ -6,7 +6,7 @@ use std::{path::PathBuf, time::Duration};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{admin, clock, doctor, partner, patient, tomorrow, TestApp, TestDatabase, BOOK};
+use crate::helpers::{admin, clock, doctor, partner, patient, tomorrow, TestApp, TestDatabase, BOOK, QUIET};
 
 /// Refresh the feed often, so tests see changes quickly.
 const FAST_FEED: &[(&str, &str)] =
@@ -682,17 +682,9 @@ async fn settled_statements(app: &TestApp) -> u64 {
 
 #[tokio::test]
 async fn feed_polls_read_no_database() {
-    // A feed refresh only every minute and none of the background polls (relay fallback,
-    // hold expiry, message and webhook workers) within the test, so nothing but the polls
-    // could run statements meanwhile, however slowly a loaded machine runs them.
+    // A feed refresh only every minute and none of the background polls within the test.
     let database = TestDatabase::new().await;
-    let quiet = [
-        ("FHIR_FEED_REFRESH_MS", "60000"),
-        ("OUTBOX_POLL_MS", "600000"),
-        ("HOLD_EXPIRY_POLL_MS", "600000"),
-        ("NOTIFY_POLL_MS", "600000"),
-        ("WEBHOOK_POLL_MS", "600000"),
-    ];
+    let quiet = [&QUIET[..], &[("FHIR_FEED_REFRESH_MS", "60000")]].concat();
     let app = TestApp::spawn_on(&database, &quiet).await;
     doctor_with_slots(&app, "UTC", 4, 1).await;
     let url = format!("{}/fhir/$bulk-publish", app.address);

@@ -23,6 +23,17 @@ use serde_json::{json, Value};
 pub(crate) use crate::backend::has_redis;
 use crate::backend::{backend, Backend};
 
+/// Settings for tests that count a server's statements: none of its background polls (the
+/// outbox relay's fallback, hold expiry, the message and webhook workers, each every second or
+/// less by default) within a test, so that only the requests run statements, however slowly a
+/// loaded machine runs them.
+pub(crate) const QUIET: [(&str, &str); 4] = [
+    ("OUTBOX_POLL_MS", "600000"),
+    ("HOLD_EXPIRY_POLL_MS", "600000"),
+    ("NOTIFY_POLL_MS", "600000"),
+    ("WEBHOOK_POLL_MS", "600000"),
+];
+
 /// The signing secret of every test server.
 pub(crate) const SECRET: &str = "test-secret-0123456789abcdef0123456789";
 
