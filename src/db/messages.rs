@@ -55,7 +55,7 @@ pub struct EventSubject {
 }
 
 /// The appointments among `ids` whose patient has an email or a phone on file, with what their
-/// messages need (one statement).
+/// messages need.
 pub async fn event_subjects(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<Vec<EventSubject>, StoreError> {
     if ids.is_empty() {
         return Ok(Vec::new());
@@ -74,6 +74,16 @@ pub async fn event_subjects(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<
     } else {
         format!("JOIN patient_contact c ON c.patient_id = a.patient_id AND {on_file}")
     };
+    // First which of them anyone is to be told of, by two key lookups each. The full query's six
+    // joins cost PostgreSQL 1.3 ms to plan and 2-3 ms a relay pass to run under load (90 events,
+    // pg_stat_statements), whether it found anyone or not; most bookings leave no contact.
+    let sql = format!("SELECT a.id FROM appointment a {contacts} WHERE a.id IN ({})", placeholders(1, ids.len()));
+    let values: Vec<Value> = ids.iter().map(|&id| id.into()).collect();
+    let rows = conn.query_all_raw(Statement::from_sql_and_values(backend, sql, values)).await?;
+    let told = rows.iter().map(|r| r.try_get::<i64>("", "id")).collect::<Result<Vec<_>, _>>()?;
+    if told.is_empty() {
+        return Ok(Vec::new());
+    }
     let sql = format!(
         "SELECT a.id, a.patient_id, a.status, a.start_at, a.end_at, a.expires_at, a.cancelled_by, \
            a.rescheduled_from, d.name AS doctor_name, d.timezone AS doctor_timezone, \
@@ -88,9 +98,9 @@ pub async fn event_subjects(conn: &impl ConnectionTrait, ids: &[i64]) -> Result<
          LEFT JOIN time_slot ps ON ps.id = p.slot_id \
          LEFT JOIN doctor pd ON pd.id = ps.doctor_id \
          WHERE a.id IN ({})",
-        placeholders(1, ids.len())
+        placeholders(1, told.len())
     );
-    let values: Vec<Value> = ids.iter().map(|&id| id.into()).collect();
+    let values: Vec<Value> = told.iter().map(|&id| id.into()).collect();
     Ok(EventSubject::find_by_statement(Statement::from_sql_and_values(backend, sql, values)).all(conn).await?)
 }
 
