@@ -22,6 +22,7 @@ mod m20261201_000002_messages;
 mod m20261201_000003_webhooks;
 mod m20261201_000004_waitlist;
 mod m20261202_000001_overlap_only;
+mod m20261202_000002_compact_checks;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000003_webhooks::Migration),
             Box::new(m20261201_000004_waitlist::Migration),
             Box::new(m20261202_000001_overlap_only::Migration),
+            Box::new(m20261202_000002_compact_checks::Migration),
         ]
     }
 }

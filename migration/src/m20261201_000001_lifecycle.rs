@@ -191,7 +191,7 @@ fn sqlite_up() -> Vec<String> {
 }
 
 /// The appointment's new CHECK constraints, as `CONSTRAINT name CHECK (…)` clauses.
-fn appointment_checks() -> Vec<String> {
+pub(crate) fn appointment_checks() -> Vec<String> {
     vec![
         "CONSTRAINT ck_appointment_status CHECK (status IN ('HELD', 'BOOKED', 'CANCELLED', 'EXPIRED'))".into(),
         // A hold says until when; a confirmed or cancelled one does not, an expired one keeps it.
