@@ -30,6 +30,13 @@ impl ScalarType for Date {
         Date::read(s).ok_or_else(|| InputValueError::custom(format!("{s:?} is not a date YYYY-MM-DD")))
     }
 
+    // Validation asks this of literals and variables alike, so a malformed day refuses the
+    // whole request (`BAD_REQUEST`, no `data`) before any field runs, as an ill-typed `Int`
+    // does; `parse` alone would only fail the field, after the fields before it had run.
+    fn is_valid(value: &Value) -> bool {
+        matches!(value, Value::String(s) if Date::read(s).is_some())
+    }
+
     fn to_value(&self) -> Value {
         Value::String(self.0.format("%Y-%m-%d").to_string())
     }

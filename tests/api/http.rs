@@ -318,3 +318,17 @@ async fn answers_that_end_the_connection_say_connection_close() {
         assert_eq!(status, 200);
     }
 }
+
+#[tokio::test]
+async fn a_malformed_date_refuses_the_whole_request_before_anything_runs() {
+    let (app, _db) = TestApp::spawn().await;
+    let query = "mutation($d: Date!) { createDoctor(input: {name: \"Dr Side\"}) { id } \
+                 publishSchedule(input: {doctorId: \"1\", date: $d, startTime: \"09:00\", endTime: \"10:00\"}) { created } }";
+    for bad in ["2030/01/01", "2030-1-01", "2030-02-30", "tomorrow"] {
+        let (status, body) = app.post(Some(&admin()), query, json!({ "d": bad })).await;
+        assert_eq!((status, code(&body)), (400, "BAD_REQUEST"), "{bad}: {body}");
+        assert!(body.get("data").is_none(), "{bad}: {body}");
+    }
+    let data = app.gql(None, "{ doctors(first: 10) { nodes { id } } }", json!({})).await;
+    assert_eq!(data["doctors"]["nodes"], json!([]), "no doctor was created");
+}
