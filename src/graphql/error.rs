@@ -6,7 +6,7 @@
 //! of the surrounding span, and reach the client as `INTERNAL` with no detail; a database
 //! too busy to take the statement (see `StoreError::is_busy`) is `OVERLOADED`, retryable.
 
-use async_graphql::{Error, ErrorExtensions};
+use async_graphql::{Error, ErrorExtensionValues, ErrorExtensions, Response};
 
 use crate::booking::ServiceError;
 
@@ -66,6 +66,17 @@ fn overloaded() -> Error {
 /// The masked error for any internal failure (the detail must already be logged).
 pub fn internal() -> Error {
     Error::new("internal error").extend_with(|_, e| e.set("code", code::INTERNAL))
+}
+
+/// Gives `BAD_REQUEST` to the errors that carry no code: async-graphql's own verdicts on the
+/// request (parse, validation, variable coercion, limits). Ours always carry one.
+pub fn with_request_codes(mut response: Response) -> Response {
+    for error in response.errors.iter_mut().filter(|e| e.extensions.is_none()) {
+        let mut extensions = ErrorExtensionValues::default();
+        extensions.set("code", code::BAD_REQUEST);
+        error.extensions = Some(extensions);
+    }
+    response
 }
 
 /// `Result<T, ServiceError>` → `async_graphql::Result<T>`.

@@ -27,7 +27,7 @@ use async_graphql::{
 use futures_util::{Stream, StreamExt};
 
 use super::{
-    error::{to_graphql, IntoGraphql},
+    error::{to_graphql, with_request_codes, IntoGraphql},
     scalars::Date,
     types::SlotAvailabilityEvent,
     AppSchema, QueryLimits,
@@ -120,13 +120,14 @@ impl SubscriptionExecutor {
     }
 }
 
+// Over WebSocket the errors get their codes here, as `http::graphql` gives them over HTTP.
 impl Executor for SubscriptionExecutor {
     async fn execute(&self, request: Request) -> Response {
-        self.schema.execute(request).await
+        with_request_codes(self.schema.execute(request).await)
     }
 
     fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
-        match render_document(&mut request) {
+        let responses = match render_document(&mut request) {
             Some(document) => {
                 let template = Template {
                     key: self.shared.intern(&request),
@@ -137,7 +138,8 @@ impl Executor for SubscriptionExecutor {
                 rendered(Arc::clone(&self.shared), template).boxed()
             }
             None => self.schema.execute_stream_with_session_data(request, session_data.unwrap_or_default()),
-        }
+        };
+        responses.map(with_request_codes).boxed()
     }
 }
 

@@ -21,7 +21,12 @@ use tracing::Instrument;
 use super::{connection, query_cache, validated, AppState, Shared};
 use crate::{
     auth::Principal,
-    graphql::{answers::made_of_slot_lists, chosen_operation, error::code, AnswerStamps, Loaders, RequestContext},
+    graphql::{
+        answers::made_of_slot_lists,
+        chosen_operation,
+        error::{code, with_request_codes},
+        AnswerStamps, Loaders, RequestContext,
+    },
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -367,14 +372,12 @@ fn render(response: async_graphql::Response, request_id: &str) -> Rendered {
         && !response.errors.is_empty()
         && response.errors.iter().all(|e| e.extensions.is_none());
     let mut outcome = "ok";
-    let mut body =
-        serde_json::to_value(&response).unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
+    let mut body = serde_json::to_value(with_request_codes(response))
+        .unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
     if let Some(errors) = body.get_mut("errors").and_then(Value::as_array_mut) {
         for error in errors {
-            let Some(obj) = error.as_object_mut() else { continue };
-            let ext = obj.entry("extensions").or_insert_with(|| json!({}));
-            let Some(ext) = ext.as_object_mut() else { continue };
-            let code = ext.entry("code").or_insert_with(|| json!(code::BAD_REQUEST)).as_str().unwrap_or("").to_owned();
+            let Some(ext) = error.get_mut("extensions").and_then(Value::as_object_mut) else { continue };
+            let code = ext.get("code").and_then(Value::as_str).unwrap_or("").to_owned();
             if code == code::INTERNAL {
                 ext.insert("requestId".into(), json!(request_id));
             }

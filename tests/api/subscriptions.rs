@@ -269,6 +269,31 @@ async fn unknown_or_malformed_doctor_is_a_clear_error() {
 }
 
 #[tokio::test]
+async fn request_errors_carry_their_code_as_over_http() {
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, _slot) = app.doctor_with_slot(1).await;
+    let mut ws = Ws::ready(&app, MODERN, None).await;
+    let by_date = "subscription($d: ID!, $t: Date) { slotAvailability(doctorId: $d, date: $t) { slotId } }";
+    let cases = [
+        ("date", by_date, json!({ "d": doctor, "t": "2030/01/01" })),
+        ("field", "subscription { slotAvailability(doctorId: \"1\") { noSuchField } }", json!({})),
+        ("parse", "subscription { slotAvailability(", json!({})),
+    ];
+    for (id, query, variables) in cases {
+        ws.subscribe_with(id, query, variables).await;
+        let msg = ws.json().await;
+        assert_eq!(msg["id"], id, "{msg}");
+        // `next` with errors, or the protocol's `error` message with the errors as its payload.
+        let first = if msg["payload"].is_array() { &msg["payload"][0] } else { &msg["payload"]["errors"][0] };
+        assert_eq!(first["extensions"]["code"], "BAD_REQUEST", "{msg}");
+        if msg["type"] == "next" {
+            let done = ws.json().await;
+            assert_eq!((done["type"].as_str(), done["id"].as_str()), (Some("complete"), Some(id)), "{done}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_row_left_in_the_outbox_still_goes_out() {
     // A crashed instance may leave committed rows behind: the relay's poll publishes them.
     let (app, _db) = TestApp::spawn().await;
