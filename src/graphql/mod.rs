@@ -1,6 +1,7 @@
 //! The GraphQL API: schema, resolvers (thin: they call [`crate::booking`]), types, loaders.
 
 pub mod answers;
+pub mod complete;
 pub mod context;
 mod cursor;
 pub mod direct;

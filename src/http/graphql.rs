@@ -23,7 +23,7 @@ use crate::{
     auth::Principal,
     graphql::{
         answers::made_of_slot_lists,
-        chosen_operation,
+        chosen_operation, complete,
         error::{code, with_request_codes},
         AnswerStamps, Loaders, RequestContext,
     },
@@ -297,7 +297,13 @@ async fn execute(
             let ctx = RequestContext::new(principal.clone(), request_id.clone());
             stamps = Some(ctx.stamps.clone());
             let request = request.data(ctx).data(Loaders::new(state.service.db()));
-            Box::pin(schema.execute(request).instrument(span)).await
+            let mut response = Box::pin(schema.execute(request).instrument(span)).await;
+            if let (Some(d), Some(op)) = (&document, op) {
+                if complete::needed(op, &response) {
+                    complete::complete(&mut response, &d.doc, op);
+                }
+            }
+            response
         };
         let rendered = render(response, &request_id);
         if let (Some(d), Some(shape), false, false) = (&document, shape, prevalidated, rendered.request_error) {

@@ -332,3 +332,30 @@ async fn a_malformed_date_refuses_the_whole_request_before_anything_runs() {
     let data = app.gql(None, "{ doctors(first: 10) { nodes { id } } }", json!({})).await;
     assert_eq!(data["doctors"]["nodes"], json!([]), "no doctor was created");
 }
+
+#[tokio::test]
+async fn a_failed_field_is_null_and_fields_come_in_the_order_asked() {
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, slot) = app.doctor_with_slot(1).await;
+    let text = |query: String| {
+        let req = app.client.post(format!("{}/graphql", app.address)).json(&json!({ "query": query }));
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+    // Nullable fields that fail are null, beside the others, in the order of the document.
+    let query = format!(
+        "{{ c: slot(id: \"{slot}\") {{ id }} b: doctor(id: \"abc\") {{ id }} a: doctor(id: \"{doctor}\") {{ id }} }}"
+    );
+    for _ in 0..5 {
+        let body = text(query.clone()).await;
+        let data = body.split("\"data\":").nth(1).unwrap_or_default();
+        let want = format!("{{\"c\":{{\"id\":\"{slot}\"}},\"b\":null,\"a\":{{\"id\":\"{doctor}\"}}}}");
+        assert!(data.starts_with(&want), "{body}");
+        assert!(body.contains("INVALID_INPUT"), "{body}");
+    }
+    // A non-null field that fails nulls its parent: here `data` itself.
+    let (status, body) =
+        app.post(None, "{ doctors(first: 1) { nodes { id } } myAppointments { id } }", json!({})).await;
+    assert_eq!((status, code(&body), &body["data"]), (200, "UNAUTHENTICATED", &Value::Null), "{body}");
+    let (_, body) = app.post(None, "{ appointment(id: \"1\") { id } }", json!({})).await;
+    assert_eq!(body["data"], json!({ "appointment": null }), "{body}");
+}
