@@ -431,7 +431,8 @@ impl Shared {
             let answer = self.send(&claimed, started_at).await;
             let elapsed = clock.elapsed();
             metrics::histogram!("webhook_attempt_seconds").record(elapsed.as_secs_f64());
-            let next = next_state(&self.settings.schedule, &answer, number, d.max_attempts, started_at);
+            // The schedule's waits run from the attempt's end: a timed-out attempt still waits.
+            let next = next_state(&self.settings.schedule, &answer, number, d.max_attempts, micros(Utc::now()));
             let (status_code, error) = match &answer {
                 Answer::Status(code, location) => (Some(i32::from(*code)), redirect_note(*code, location.as_deref())),
                 Answer::Error(why) => (None, Some(why.clone())),

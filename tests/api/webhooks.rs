@@ -36,6 +36,8 @@ enum Reply {
 /// One request the receiver got.
 #[derive(Clone, Debug)]
 struct Received {
+    /// When it arrived.
+    at: tokio::time::Instant,
     path: String,
     headers: HashMap<String, String>,
     body: String,
@@ -110,7 +112,12 @@ impl Drop for Receiver {
 async fn receive(State(state): State<Arc<ReceiverState>>, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
     let headers =
         headers.iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned())).collect();
-    let received = Received { path: uri.path().to_owned(), headers, body: String::from_utf8_lossy(&body).into_owned() };
+    let received = Received {
+        at: tokio::time::Instant::now(),
+        path: uri.path().to_owned(),
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    };
     state.requests.lock().unwrap().push(received);
     let reply = state.script.lock().unwrap().pop_front().unwrap_or_else(|| state.otherwise.clone());
     match reply {
@@ -538,7 +545,7 @@ async fn redirects_are_not_followed() {
 
 #[tokio::test]
 async fn a_slow_answer_times_out_and_is_retried() {
-    let (app, _db) = spawn_local(&[("WEBHOOK_TIMEOUT_MS", "300")]).await;
+    let (app, _db) = spawn_local(&[("WEBHOOK_TIMEOUT_MS", "1000")]).await;
     let receiver = Receiver::start(vec![Reply::Slow(Duration::from_secs(5), 200)], Reply::Status(200)).await;
     let (endpoint, _) = app.endpoint(&partner("acme"), &receiver.url(), None).await;
     app.partner_books("acme", 1).await;
@@ -548,7 +555,11 @@ async fn a_slow_answer_times_out_and_is_retried() {
         })
         .await;
     assert_eq!(d[0]["attempts"], 2, "the slow attempt counted as a failure");
-    assert_eq!(receiver.requests().len(), 2);
+    let requests = receiver.requests();
+    assert_eq!(requests.len(), 2);
+    // The schedule's wait (1 s) runs from the attempt's end, after its 1 s timeout.
+    let gap = requests[1].at - requests[0].at;
+    assert!(gap >= Duration::from_millis(1900), "the retry came {gap:?} after the first attempt");
 }
 
 #[tokio::test]
