@@ -74,7 +74,7 @@ pub fn complete(response: &mut Response, doc: &ExecutableDocument, op: &Operatio
         response.data = Value::Object(IndexMap::new());
     }
     let walk = Walk { shapes: shapes(), doc };
-    let fine = walk.object(&mut response.data, root, &op.selection_set.node, keep_ran);
+    let fine = walk.object(&mut response.data, root, &[&op.selection_set.node], keep_ran);
     if !fine || matches!(&response.data, Value::Object(m) if m.is_empty()) {
         response.data = Value::Null;
     }
@@ -95,12 +95,15 @@ struct Asked<'a> {
 }
 
 impl<'a> Walk<'a> {
-    /// Completes the object `value` of type `ty`; false when it must become `null`. With
-    /// `keep_ran`, a failed non-null field is left out instead.
-    fn object(&self, value: &mut Value, ty: &str, selections: &'a SelectionSet, keep_ran: bool) -> bool {
+    /// Completes the object `value` of type `ty`, asked by `sets` (more than one where the
+    /// document asks for one key twice: the spec merges them); false when it must become
+    /// `null`. With `keep_ran`, a failed non-null field is left out instead.
+    fn object(&self, value: &mut Value, ty: &str, sets: &[&'a SelectionSet], keep_ran: bool) -> bool {
         let Value::Object(map) = value else { return true };
         let mut asked = Vec::new();
-        self.collect(selections, false, &mut asked);
+        for set in sets {
+            self.collect(set, false, &mut asked);
+        }
         let mut completed = IndexMap::with_capacity(map.len());
         for field in &asked {
             if completed.contains_key(field.key) {
@@ -115,13 +118,8 @@ impl<'a> Walk<'a> {
             };
             match map.shift_remove(field.key) {
                 Some(mut v) => {
-                    // A key asked twice merges both selections (the spec's field merging).
-                    let merged = asked.iter().filter(|a| a.key == field.key).map(|a| a.selections);
-                    let mut fine = true;
-                    for selections in merged {
-                        fine &= self.value(&mut v, field_type, selections);
-                    }
-                    if !fine {
+                    let merged: Vec<_> = asked.iter().filter(|a| a.key == field.key).map(|a| a.selections).collect();
+                    if !self.value(&mut v, field_type, &merged) {
                         match (field_type.nullable, keep_ran) {
                             (true, _) => v = Value::Null,
                             (false, true) => continue,
@@ -143,13 +141,13 @@ impl<'a> Walk<'a> {
         true
     }
 
-    /// Completes `value` of type `ty`; false when it must become `null`.
-    fn value(&self, value: &mut Value, ty: &Type, selections: &'a SelectionSet) -> bool {
+    /// Completes `value` of type `ty`, asked by `sets`; false when it must become `null`.
+    fn value(&self, value: &mut Value, ty: &Type, sets: &[&'a SelectionSet]) -> bool {
         match (&ty.base, value) {
             (_, Value::Null) => true,
             (BaseType::List(inner), Value::List(items)) => {
                 for item in items.iter_mut() {
-                    if !self.value(item, inner, selections) {
+                    if !self.value(item, inner, sets) {
                         if !inner.nullable {
                             return false;
                         }
@@ -158,7 +156,7 @@ impl<'a> Walk<'a> {
                 }
                 true
             }
-            (BaseType::Named(name), value @ Value::Object(_)) => self.object(value, name, selections, false),
+            (BaseType::Named(name), value @ Value::Object(_)) => self.object(value, name, sets, false),
             _ => true,
         }
     }
@@ -235,6 +233,13 @@ mod tests {
             r#"mutation { a: cancelAppointment(id: "1") { cancelled } b: cancelAppointment(id: "2") { cancelled } }"#;
         assert_eq!(completed(q, json!({ "a": { "cancelled": true } })), json!({ "a": { "cancelled": true } }));
         assert_eq!(completed(q, json!({})), serde_json::Value::Null);
+    }
+
+    #[test]
+    fn a_key_asked_twice_is_completed_once_with_both_selections() {
+        let q = r#"{ doctor(id: "1") { id } doctor(id: "1") { name } }"#;
+        let got = completed(q, json!({ "doctor": { "name": "A", "id": "1" } }));
+        assert_eq!(got.to_string(), r#"{"doctor":{"id":"1","name":"A"}}"#);
     }
 
     #[test]
