@@ -9,7 +9,7 @@
 //! the selection. The error that made the field fail is already in `errors`. One exception:
 //! a failed root field of a mutation is left out rather than nulling `data`, since the
 //! mutations before it ran and their answers are the caller's only record of it. It runs only
-//! on the executor's answers that need it (see `http::graphql`), never on the fast paths.
+//! on the executor's answers that need it ([`needed`]), never on the fast paths.
 
 use std::{collections::HashMap, sync::OnceLock};
 
@@ -21,6 +21,8 @@ use async_graphql::{
     },
     Name, Response, Value,
 };
+
+use super::error::refused_as_a_whole;
 
 /// Every object type's fields and their types, by name.
 struct Shapes(HashMap<String, HashMap<String, Type>>);
@@ -54,17 +56,16 @@ fn shapes() -> &'static Shapes {
 }
 
 /// Whether [`complete`] has anything to do for `op`'s answer: errors of fields that ran, or
-/// several root fields to put in order. Not for a request refused as a whole (no `data`, and
-/// only async-graphql's own errors, which carry no code yet): nothing ran.
+/// several root fields to put in order. Not for a request refused as a whole: nothing ran.
 pub fn needed(op: &OperationDefinition, response: &Response) -> bool {
-    let refused = response.data == Value::Null
-        && !response.errors.is_empty()
-        && response.errors.iter().all(|e| e.extensions.is_none());
-    !refused && (!response.errors.is_empty() || op.selection_set.node.items.len() > 1)
+    !refused_as_a_whole(response) && (!response.errors.is_empty() || op.selection_set.node.items.len() > 1)
 }
 
-/// Completes `response.data` for `op` of `doc` (see the module's text).
+/// Completes `response.data` for `op` of `doc` (see the module's text), when [`needed`].
 pub fn complete(response: &mut Response, doc: &ExecutableDocument, op: &OperationDefinition) {
+    if !needed(op, response) {
+        return;
+    }
     let (root, keep_ran) = match op.ty {
         OperationType::Query => ("Query", false),
         OperationType::Mutation => ("Mutation", true),

@@ -79,6 +79,15 @@ pub fn with_request_codes(mut response: Response) -> Response {
     response
 }
 
+/// Whether `response` refused the request as a whole: no `data`, and only async-graphql's own
+/// errors (parse, validation, variable coercion, limits), which carry no code until
+/// [`with_request_codes`] gives them one. Nothing ran.
+pub fn refused_as_a_whole(response: &Response) -> bool {
+    response.data == async_graphql::Value::Null
+        && !response.errors.is_empty()
+        && response.errors.iter().all(|e| e.extensions.is_none())
+}
+
 /// `Result<T, ServiceError>` → `async_graphql::Result<T>`.
 pub trait IntoGraphql<T> {
     /// Maps the error through [`to_graphql`].

@@ -24,7 +24,7 @@ use crate::{
     graphql::{
         answers::made_of_slot_lists,
         chosen_operation, complete,
-        error::{code, with_request_codes},
+        error::{code, refused_as_a_whole, with_request_codes},
         AnswerStamps, Loaders, RequestContext,
     },
 };
@@ -299,9 +299,7 @@ async fn execute(
             let request = request.data(ctx).data(Loaders::new(state.service.db()));
             let mut response = Box::pin(schema.execute(request).instrument(span)).await;
             if let (Some(d), Some(op)) = (&document, op) {
-                if complete::needed(op, &response) {
-                    complete::complete(&mut response, &d.doc, op);
-                }
+                complete::complete(&mut response, &d.doc, op);
             }
             response
         };
@@ -371,12 +369,7 @@ fn render(response: async_graphql::Response, request_id: &str) -> Rendered {
             return Rendered { body, outcome: "ok", request_error: false, retry_after: None };
         }
     }
-    // Our own errors always carry a code; errors without one are async-graphql's verdicts on
-    // the request itself (parse, validation, variable coercion). With no data at all, nothing
-    // useful was executed: a request error.
-    let request_error = response.data == async_graphql::Value::Null
-        && !response.errors.is_empty()
-        && response.errors.iter().all(|e| e.extensions.is_none());
+    let request_error = refused_as_a_whole(&response);
     let mut outcome = "ok";
     let mut body = serde_json::to_value(with_request_codes(response))
         .unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
