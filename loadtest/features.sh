@@ -11,7 +11,9 @@
 #      (every cancel offers the freed seat, as a hold, to the one who waited longest), in booking
 #      order (one doctor-day at a time) and then both again in random order;
 #   4. 100,000 holds expiring in the same second.
-# Every step ends with the invariant check on all slots.
+# Every step ends with the invariant check on all slots, and a line of the cores each part kept
+# busy during it (PostgreSQL, the server, the SMTP sink, the receiver, and the rest: the load
+# generator, interrupts and anything else on the machine).
 #
 #   PG=postgres://postgres@127.0.0.1:55432 REDIS=redis://127.0.0.1:56379/4 loadtest/features.sh
 #
@@ -50,13 +52,16 @@ else
   "$LT" smtp-sink --port "$SMTP_PORT" > "$OUT/smtp.log" 2>&1 &
 fi
 pids+=($!)
+sink=$!
 "$LT" receive --port "$HOOK_PORT" > "$OUT/receiver.log" 2>&1 &
 pids+=($!)
+receiver=$!
 read -ra extra <<< "${SERVER_ENV:-}"
 env DATABASE_URL="$DATABASE_URL" ${REDIS:+REDIS_URL="$REDIS"} BIND_ADDR="127.0.0.1:$PORT" RUST_LOG=warn \
   SMTP_URL="smtp://127.0.0.1:$SMTP_PORT" WEBHOOK_ALLOW_CIDRS=127.0.0.1/32 "${extra[@]}" \
   "$BIN" serve > "$OUT/server.log" 2>&1 &
 pids+=($!)
+server=$!
 for _ in $(seq 100); do curl -sf "$BASE/readyz" > /dev/null && break; sleep 0.2; done
 curl -s "$BASE/readyz"; echo
 "$LT" seed --no-migrate --database-url "$DATABASE_URL" --out "$OUT/seed.json"
@@ -64,7 +69,30 @@ curl -s "$BASE/readyz"; echo
 common=(--url "$BASE" --seed "$OUT/seed.json" --database-url "$DATABASE_URL")
 conns=${CONNECTIONS:-64}
 secs=${SECONDS_EACH:-15}
-step() { echo "== $*"; "$LT" "$@" || true; echo; }
+# Clock ticks a process and its reaped children have used (the postmaster reaps the backends
+# that exited, so summing every postgres process counts the database's whole share).
+ticks() { awk '{print $14 + $15 + $16 + $17}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+sum_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(ticks "$p"))); done; echo "$t"; }
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# Each step's cores busy by part, measured the same way for every build, so a "with" run's
+# cost per booking can be split between the database, the server and the test's own sinks.
+cpu_parts() {
+  echo "$(sum_ticks $(pgrep -x postgres)) $(ticks "$server") $(ticks "$sink") $(ticks "$receiver") $(busy_ticks) $(date +%s%N)"
+}
+step() {
+  echo "== $*"
+  local before after
+  before=$(cpu_parts)
+  "$LT" "$@" || true
+  after=$(cpu_parts)
+  awk -v hz="$(getconf CLK_TCK)" -v b="$before" -v a="$after" 'BEGIN {
+    split(b, x, " "); split(a, y, " "); s = (y[6] - x[6]) / 1e9
+    pg = (y[1] - x[1]) / hz / s; sv = (y[2] - x[2]) / hz / s; sk = (y[3] - x[3]) / hz / s
+    rc = (y[4] - x[4]) / hz / s; all = (y[5] - x[5]) / hz / s
+    printf "cores busy over %.1f s: %.2f of 2: postgres %.2f, server %.2f, smtp sink %.2f, receiver %.2f, rest (load generator, irq, others) %.2f\n",
+      s, all, pg, sv, sk, rc, all - pg - sv - sk - rc }'
+  echo
+}
 expiry() { step life --scenario expiry --connections "$conns" --count "${HOLDS:-100000}" "${common[@]}"; }
 [ "${EXPIRY_ONLY:-0}" = 1 ] && { expiry; exit 0; }
 
