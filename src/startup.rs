@@ -286,7 +286,7 @@ impl Application {
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let more = MoreServices { webhooks: Some(webhook_service) };
         let schema = build_schema_with(limits, Some(service.clone()), more.clone());
-        let subscriptions = SubscriptionExecutor::new(schema.clone(), live, limits);
+        let subscriptions = SubscriptionExecutor::new(schema.clone(), service.db().clone(), live, limits);
         let tokens = Arc::new(TokenIssuer::new(&secret)?);
         let fhir = FhirState {
             service: service.clone(),

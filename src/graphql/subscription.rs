@@ -20,20 +20,23 @@ use std::{
 
 use async_graphql::{
     futures_util::stream::BoxStream,
-    parser::types::{DocumentOperations, ExecutableDocument, OperationType, Selection},
+    parser::types::{DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Selection},
     Context, Data, EmptyMutation, EmptySubscription, Executor, Object, Request, Response, Result, Schema, Subscription,
     Value, Variables, ID,
 };
 use futures_util::{Stream, StreamExt};
 
 use super::{
+    chosen_operation, complete,
     error::{to_graphql, with_request_codes, IntoGraphql},
+    loaders::Loaders,
     scalars::Date,
     types::SlotAvailabilityEvent,
     AppSchema, QueryLimits,
 };
 use crate::{
     booking::{read::parse_arg_id, ServiceError},
+    db::Db,
     events::{Live, SlotChange},
 };
 
@@ -76,6 +79,8 @@ async fn open(
 #[derive(Clone)]
 pub struct SubscriptionExecutor {
     schema: AppSchema,
+    /// For the loaders each query or mutation gets, as over HTTP.
+    db: Db,
     shared: Arc<Shared>,
 }
 
@@ -101,9 +106,9 @@ const CACHE_ENTRIES: usize = 4096;
 const DOCUMENTS: usize = 1024;
 
 impl SubscriptionExecutor {
-    /// An executor over `schema`, reading live availability from `live`; `limits` are the
-    /// schema's, applied as well to the subscriptions it renders itself.
-    pub fn new(schema: AppSchema, live: Live, limits: QueryLimits) -> Self {
+    /// An executor over `schema` (whose loaders read `db`), reading live availability from
+    /// `live`; `limits` are the schema's, applied as well to the subscriptions it renders itself.
+    pub fn new(schema: AppSchema, db: Db, live: Live, limits: QueryLimits) -> Self {
         let render = Schema::build(RenderRoot, EmptyMutation, EmptySubscription)
             .limit_depth(limits.depth)
             .limit_complexity(limits.complexity)
@@ -111,7 +116,7 @@ impl SubscriptionExecutor {
             .finish();
         let shared =
             Shared { render, live, documents: Mutex::new(Interned::default()), cache: Mutex::new(HashMap::new()) };
-        Self { schema, shared: Arc::new(shared) }
+        Self { schema, db, shared: Arc::new(shared) }
     }
 
     /// Live availability (for the connection's data, and to notice the instance stopping).
@@ -120,10 +125,16 @@ impl SubscriptionExecutor {
     }
 }
 
-// Over WebSocket the errors get their codes here, as `http::graphql` gives them over HTTP.
+// Over WebSocket the answers are completed and the errors get their codes here, as
+// `http::graphql` does over HTTP.
 impl Executor for SubscriptionExecutor {
-    async fn execute(&self, request: Request) -> Response {
-        with_request_codes(self.schema.execute(request).await)
+    async fn execute(&self, mut request: Request) -> Response {
+        let completing = completion_of(&mut request);
+        let mut response = self.schema.execute(request.data(Loaders::new(&self.db))).await;
+        if let Some((doc, op)) = completing {
+            complete::complete(&mut response, &doc, &op);
+        }
+        with_request_codes(response)
     }
 
     fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
@@ -137,10 +148,34 @@ impl Executor for SubscriptionExecutor {
                 };
                 rendered(Arc::clone(&self.shared), template).boxed()
             }
-            None => self.schema.execute_stream_with_session_data(request, session_data.unwrap_or_default()),
+            None => {
+                let completing = completion_of(&mut request);
+                let request = request.data(Loaders::new(&self.db));
+                let responses = self.schema.execute_stream_with_session_data(request, session_data.unwrap_or_default());
+                match completing {
+                    // A query or mutation answers as it does over HTTP (see `complete`).
+                    Some((doc, op)) => responses
+                        .map(move |mut response| {
+                            complete::complete(&mut response, &doc, &op);
+                            response
+                        })
+                        .boxed(),
+                    None => responses,
+                }
+            }
         };
         responses.map(with_request_codes).boxed()
     }
+}
+
+/// The document and chosen operation of `request` when it is a query or a mutation (the
+/// protocol sends those through `subscribe` too); `None` for a subscription or a document
+/// that does not parse, which the executor answers itself.
+fn completion_of(request: &mut Request) -> Option<(ExecutableDocument, OperationDefinition)> {
+    let name = request.operation_name.clone();
+    let doc = request.parsed_query().ok()?;
+    let op = chosen_operation(doc, name.as_deref())?;
+    (op.ty != OperationType::Subscription).then(|| (doc.clone(), op.clone()))
 }
 
 /// The document to render with when `request` is a subscription to `slotAvailability` alone

@@ -103,6 +103,9 @@ pub(super) async fn upgrade(State(state): Shared, uri: Uri, headers: HeaderMap, 
                 .into_response();
         }
     }
+    // Clients that can set headers (not browsers) may authenticate the handshake instead.
+    let handshake_token =
+        headers.get(header::AUTHORIZATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let Some(protocol) = negotiate(&headers) else {
         return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
     };
@@ -112,7 +115,7 @@ pub(super) async fn upgrade(State(state): Shared, uri: Uri, headers: HeaderMap, 
         .read_buffer_size(READ_BUFFER)
         .max_message_size(state.limits.max_body_bytes)
         .max_frame_size(state.limits.max_body_bytes)
-        .on_upgrade(move |socket| serve(socket, state, protocol))
+        .on_upgrade(move |socket| serve(socket, state, protocol, handshake_token))
 }
 
 /// True when `origin` is the server's own: the same host and port as the request's `Host`
@@ -309,7 +312,7 @@ impl<S: futures_util::Stream + Unpin> futures_util::Stream for Gated<S> {
 }
 
 /// Serves one connection until either side closes it or the instance stops.
-async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProtocols) {
+async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProtocols, handshake_token: Option<String>) {
     let _open = OpenConnection::new();
     let limits = state.limits;
     let conn = Arc::new(Mutex::new(Conn::default()));
@@ -361,7 +364,7 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
         async_graphql::http::WebSocket::from_message_stream(state.subscriptions.clone(), inbound, protocol)
             .connection_data(session)
             .on_connection_init(move |payload| async move {
-                let data = connection_data(&tokens, &payload);
+                let data = connection_data(&tokens, &payload, handshake_token.as_deref());
                 if data.is_err() {
                     lock(&init_conn).init_refused = true;
                 }
@@ -439,14 +442,21 @@ fn refine(conn: &Mutex<Conn>, code: u16, reason: String) -> (u16, String) {
     (code, reason)
 }
 
-/// Authenticates a `connection_init` payload (`{"Authorization": "Bearer …"}`); no token means
-/// anonymous, an invalid one closes the connection.
-fn connection_data(tokens: &crate::auth::TokenIssuer, payload: &serde_json::Value) -> async_graphql::Result<Data> {
+/// Authenticates a `connection_init` payload (`{"Authorization": "Bearer …"}`), or without a
+/// token there the handshake's `Authorization` header; no token means anonymous, an invalid one
+/// closes the connection.
+fn connection_data(
+    tokens: &crate::auth::TokenIssuer,
+    payload: &serde_json::Value,
+    handshake_token: Option<&str>,
+) -> async_graphql::Result<Data> {
+    // The init payload's token is the protocol's own place for it, so it wins over the handshake's.
     let header = ["Authorization", "authorization"]
         .iter()
         .find_map(|k| payload.get(*k))
         .or_else(|| payload.get("headers").and_then(|h| h.get("Authorization").or_else(|| h.get("authorization"))))
-        .and_then(|v| v.as_str());
+        .and_then(|v| v.as_str())
+        .or(handshake_token);
     let principal = match header {
         None => Principal::Anonymous,
         Some(value) => crate::auth::principal_from_header(tokens, value).map_err(async_graphql::Error::new)?,

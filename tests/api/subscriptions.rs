@@ -39,8 +39,16 @@ struct Ws {
 
 impl Ws {
     async fn connect(app: &TestApp, protocol: &'static str) -> Self {
+        Self::connect_with(app, protocol, None).await
+    }
+
+    /// Connects with `authorization` as the handshake's `Authorization` header, when given.
+    async fn connect_with(app: &TestApp, protocol: &'static str, authorization: Option<&str>) -> Self {
         let mut req = format!("ws://127.0.0.1:{}/graphql/ws", app.port).into_client_request().expect("request");
         req.headers_mut().insert("Sec-WebSocket-Protocol", protocol.parse().expect("header"));
+        if let Some(value) = authorization {
+            req.headers_mut().insert("Authorization", value.parse().expect("header"));
+        }
         let (stream, resp) = tokio_tungstenite::connect_async(req).await.expect("websocket connects");
         let chosen = resp.headers().get("sec-websocket-protocol").and_then(|v| v.to_str().ok());
         assert_eq!(chosen, Some(protocol), "negotiated sub-protocol");
@@ -294,6 +302,30 @@ async fn request_errors_carry_their_code_as_over_http() {
 }
 
 #[tokio::test]
+async fn a_query_answers_over_websocket_as_over_http() {
+    // A failed nullable field is null and the fields keep the document's order, as over HTTP.
+    let (app, _db) = TestApp::spawn().await;
+    let (doctor, slot) = app.doctor_with_slot(1).await;
+    let mut ws = Ws::ready(&app, MODERN, None).await;
+    let query = format!(
+        "{{ c: slot(id: \"{slot}\") {{ id }} b: doctor(id: \"abc\") {{ id }} a: doctor(id: \"{doctor}\") {{ id }} }}"
+    );
+    for round in 0..3 {
+        let id = format!("q{round}");
+        ws.subscribe_with(&id, &query, json!({})).await;
+        let msg = ws.json().await;
+        assert_eq!((msg["type"].as_str(), msg["id"].as_str()), (Some("next"), Some(id.as_str())), "{msg}");
+        let data = &msg["payload"]["data"];
+        assert_eq!(data, &json!({ "c": { "id": slot }, "b": null, "a": { "id": doctor } }), "{msg}");
+        let keys: Vec<&String> = data.as_object().expect("object").keys().collect();
+        assert_eq!(keys, ["c", "b", "a"], "{msg}");
+        assert_eq!(msg["payload"]["errors"][0]["extensions"]["code"], "INVALID_INPUT", "{msg}");
+        let done = ws.json().await;
+        assert_eq!((done["type"].as_str(), done["id"].as_str()), (Some("complete"), Some(id.as_str())), "{done}");
+    }
+}
+
+#[tokio::test]
 async fn a_row_left_in_the_outbox_still_goes_out() {
     // A crashed instance may leave committed rows behind: the relay's poll publishes them.
     let (app, _db) = TestApp::spawn().await;
@@ -439,6 +471,36 @@ async fn an_invalid_token_in_init_is_refused() {
     let refused = legacy.json().await;
     assert_eq!(refused["type"], "connection_error", "{refused}");
     assert_eq!(legacy.close_code().await, Some(4403));
+}
+
+#[tokio::test]
+async fn a_token_on_the_handshake_authenticates_unless_init_has_one() {
+    let (app, _db) = TestApp::spawn().await;
+    let (_doctor, slot) = app.doctor_with_slot(1).await;
+    app.book(&patient(1), &slot, "k", None).await;
+    let mine = "{ myAppointments { slot { id } } }";
+    let bearer = |token: &str| format!("Bearer {token}");
+
+    // The handshake's header alone: the connection is the patient's.
+    let mut ws = Ws::connect_with(&app, MODERN, Some(&bearer(&patient(1)))).await;
+    ws.init(None).await;
+    assert_eq!(ws.json().await["type"], "connection_ack");
+    ws.subscribe_with("m", mine, json!({})).await;
+    let msg = ws.json().await;
+    assert_eq!(msg["payload"]["data"]["myAppointments"][0]["slot"]["id"], slot, "{msg}");
+
+    // A token in `connection_init` wins over the handshake's, even an invalid one there.
+    let mut ws = Ws::connect_with(&app, MODERN, Some("Bearer not-a-jwt")).await;
+    ws.init(Some(&patient(1))).await;
+    assert_eq!(ws.json().await["type"], "connection_ack");
+    let mut ws = Ws::connect_with(&app, MODERN, Some(&bearer(&patient(1)))).await;
+    ws.init(Some(&expired_admin())).await;
+    assert_eq!(ws.close_code().await, Some(4403));
+
+    // An invalid handshake token with nothing in `connection_init` refuses the connection.
+    let mut ws = Ws::connect_with(&app, MODERN, Some("Bearer not-a-jwt")).await;
+    ws.init(None).await;
+    assert_eq!(ws.close_code().await, Some(4403));
 }
 
 #[tokio::test]
