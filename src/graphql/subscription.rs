@@ -123,18 +123,21 @@ impl SubscriptionExecutor {
     pub fn live(&self) -> &Live {
         &self.shared.live
     }
+
+    /// `request` with its loaders, as `http::graphql` gives them, and how to complete its
+    /// answers.
+    fn prepared(&self, mut request: Request) -> (Request, Option<Completion>) {
+        let completion = Completion::of(&mut request);
+        (request.data(Loaders::new(&self.db)), completion)
+    }
 }
 
 // Over WebSocket the answers are completed and the errors get their codes here, as
 // `http::graphql` does over HTTP.
 impl Executor for SubscriptionExecutor {
-    async fn execute(&self, mut request: Request) -> Response {
-        let completing = completion_of(&mut request);
-        let mut response = self.schema.execute(request.data(Loaders::new(&self.db))).await;
-        if let Some((doc, op)) = completing {
-            complete::complete(&mut response, &doc, &op);
-        }
-        with_request_codes(response)
+    async fn execute(&self, request: Request) -> Response {
+        let (request, completion) = self.prepared(request);
+        with_request_codes(Completion::apply(completion.as_ref(), self.schema.execute(request).await))
     }
 
     fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
@@ -149,33 +152,40 @@ impl Executor for SubscriptionExecutor {
                 rendered(Arc::clone(&self.shared), template).boxed()
             }
             None => {
-                let completing = completion_of(&mut request);
-                let request = request.data(Loaders::new(&self.db));
-                let responses = self.schema.execute_stream_with_session_data(request, session_data.unwrap_or_default());
-                match completing {
-                    // A query or mutation answers as it does over HTTP (see `complete`).
-                    Some((doc, op)) => responses
-                        .map(move |mut response| {
-                            complete::complete(&mut response, &doc, &op);
-                            response
-                        })
-                        .boxed(),
-                    None => responses,
-                }
+                let (request, completion) = self.prepared(request);
+                self.schema
+                    .execute_stream_with_session_data(request, session_data.unwrap_or_default())
+                    .map(move |response| Completion::apply(completion.as_ref(), response))
+                    .boxed()
             }
         };
         responses.map(with_request_codes).boxed()
     }
 }
 
-/// The document and chosen operation of `request` when it is a query or a mutation (the
-/// protocol sends those through `subscribe` too); `None` for a subscription or a document
-/// that does not parse, which the executor answers itself.
-fn completion_of(request: &mut Request) -> Option<(ExecutableDocument, OperationDefinition)> {
-    let name = request.operation_name.clone();
-    let doc = request.parsed_query().ok()?;
-    let op = chosen_operation(doc, name.as_deref())?;
-    (op.ty != OperationType::Subscription).then(|| (doc.clone(), op.clone()))
+/// A query's or mutation's document and chosen operation (the protocol sends those through
+/// `subscribe` too), to complete its answers as over HTTP (see `complete`).
+struct Completion {
+    doc: ExecutableDocument,
+    op: OperationDefinition,
+}
+
+impl Completion {
+    /// `None` for a subscription or a document that does not parse, which the executor answers
+    /// itself.
+    fn of(request: &mut Request) -> Option<Self> {
+        let name = request.operation_name.clone();
+        let doc = request.parsed_query().ok()?;
+        let op = chosen_operation(doc, name.as_deref())?;
+        (op.ty != OperationType::Subscription).then(|| Self { doc: doc.clone(), op: op.clone() })
+    }
+
+    fn apply(completion: Option<&Self>, mut response: Response) -> Response {
+        if let Some(c) = completion {
+            complete::complete(&mut response, &c.doc, &c.op);
+        }
+        response
+    }
 }
 
 /// The document to render with when `request` is a subscription to `slotAvailability` alone
