@@ -16,9 +16,10 @@ use crate::{
     db::{
         appointments,
         entity::{appointment, time_slot},
-        outbox, slots, StoreError,
+        outbox::{self, NewRow},
+        slots, StoreError,
     },
-    model::{AppointmentEvent, SlotChange, SLOT_ONLY},
+    model::{AppointmentEvent, AppointmentState, SlotChange, SLOT_ONLY},
 };
 
 /// The slots a transaction changed (their state after its last statement) and the
@@ -31,7 +32,9 @@ pub(super) struct Changes {
     /// Seats given back and not taken again within the transaction, per slot: what the
     /// waitlist may offer.
     freed: BTreeMap<i64, i32>,
-    events: Vec<(AppointmentEvent, i64, Option<i64>)>,
+    /// Each event, with the appointment as the event left it and, when the event changed
+    /// it, the appointment's first slot (whose state goes into the same outbox row).
+    events: Vec<(AppointmentEvent, i64, AppointmentState, Option<i64>)>,
 }
 
 impl Changes {
@@ -48,10 +51,10 @@ impl Changes {
         }
     }
 
-    /// Notes an appointment event; `slot` is the appointment's first slot when the event
-    /// changed it (its state goes into the same outbox row).
+    /// Notes an appointment event, with `appointment` as the event left it; `changed_slot`
+    /// when the event changed its first slot (whose state goes into the same outbox row).
     pub(super) fn event(&mut self, event: AppointmentEvent, appointment: &appointment::Model, changed_slot: bool) {
-        self.events.push((event, appointment.id, changed_slot.then_some(appointment.slot_id)));
+        self.events.push((event, appointment.id, appointment.state(), changed_slot.then_some(appointment.slot_id)));
     }
 
     /// Gives back the seats of `gone` (appointments this transaction just moved out of an
@@ -110,15 +113,15 @@ impl Changes {
     pub(super) async fn record(&self, conn: &impl ConnectionTrait, at: DateTime<Utc>) -> Result<(), StoreError> {
         let mut covered = std::collections::BTreeSet::new();
         let mut rows = Vec::with_capacity(self.events.len() + self.slots.len());
-        for (event, appointment, slot) in &self.events {
-            let state = slot.and_then(|s| self.slots.get(&s));
-            if let Some(s) = state {
+        for (event, appointment, state, slot) in &self.events {
+            let slot = slot.and_then(|s| self.slots.get(&s));
+            if let Some(s) = slot {
                 covered.insert(s.id);
             }
-            rows.push((event.as_str(), Some(*appointment), state));
+            rows.push(NewRow { kind: event.as_str(), appointment: Some((*appointment, state)), slot });
         }
         for slot in self.slots.values().filter(|s| !covered.contains(&s.id)) {
-            rows.push((SLOT_ONLY, None, Some(slot)));
+            rows.push(NewRow { kind: SLOT_ONLY, appointment: None, slot: Some(slot) });
         }
         outbox::record_many(conn, rows, at).await
     }

@@ -31,8 +31,8 @@ const BOOK: &str = concat!(
   RETURNING id
 ), o AS (
   INSERT INTO outbox (kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at,
-                      slot_closed)
-  SELECT $7, a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, $2, false FROM s, a
+                      slot_closed, appointment_status, appointment_expires_at)
+  SELECT $7, a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, $2, false, $7, $8 FROM s, a
 )
 SELECT ",
     slot_columns!("s"),

@@ -11,20 +11,7 @@ use super::{
     write::WriteTransaction,
     Db, StoreError,
 };
-
-/// Records, in the caller's transaction, an appointment event (`kind`, an
-/// [`crate::model::AppointmentEvent`] word, with `appointment_id`) and/or the state `slot` was
-/// left in (`kind` [`crate::model::SLOT_ONLY`] when there is no event).
-pub async fn record(
-    conn: &impl ConnectionTrait,
-    kind: &str,
-    appointment_id: Option<i64>,
-    slot: Option<&time_slot::Model>,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Result<(), StoreError> {
-    outbox::Entity::insert(row(kind, appointment_id, slot, at)).exec_without_returning(conn).await?;
-    Ok(())
-}
+use crate::model::AppointmentState;
 
 /// Records, in the caller's transaction, that the doctor's schedule gained slots (so every
 /// instance drops the slot lists it keeps of that doctor).
@@ -33,36 +20,44 @@ pub async fn record_published(
     doctor_id: i64,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let row = outbox::ActiveModel {
-        doctor_id: Set(Some(doctor_id)),
-        ..row(crate::model::SCHEDULE_PUBLISHED, None, None, at)
-    };
+    let published = NewRow { kind: crate::model::SCHEDULE_PUBLISHED, appointment: None, slot: None };
+    let row = outbox::ActiveModel { doctor_id: Set(Some(doctor_id)), ..row(published, at) };
     outbox::Entity::insert(row).exec_without_returning(conn).await?;
     Ok(())
 }
 
-/// [`record`] for many rows in one statement.
+/// One outbox row to write: an appointment event (`kind`, an
+/// [`crate::model::AppointmentEvent`] word, with the appointment and the state the event left
+/// it in) and/or the state a slot was left in (`kind` [`crate::model::SLOT_ONLY`] when there is
+/// no event).
+#[derive(Clone, Copy, Debug)]
+pub struct NewRow<'a> {
+    /// The event's word, or [`crate::model::SLOT_ONLY`].
+    pub kind: &'a str,
+    /// The appointment and what the event left of it.
+    pub appointment: Option<(i64, &'a AppointmentState)>,
+    /// The slot as the transaction left it.
+    pub slot: Option<&'a time_slot::Model>,
+}
+
+/// Records `rows` in the caller's transaction, in one statement.
 pub async fn record_many(
     conn: &impl ConnectionTrait,
-    rows: impl IntoIterator<Item = (&str, Option<i64>, Option<&time_slot::Model>)>,
+    rows: impl IntoIterator<Item = NewRow<'_>>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let rows: Vec<_> = rows.into_iter().map(|(kind, appointment, slot)| row(kind, appointment, slot, at)).collect();
+    let rows: Vec<_> = rows.into_iter().map(|r| row(r, at)).collect();
     if !rows.is_empty() {
         outbox::Entity::insert_many(rows).exec_without_returning(conn).await?;
     }
     Ok(())
 }
 
-fn row(
-    kind: &str,
-    appointment_id: Option<i64>,
-    slot: Option<&time_slot::Model>,
-    at: chrono::DateTime<chrono::Utc>,
-) -> outbox::ActiveModel {
+fn row(new: NewRow<'_>, at: chrono::DateTime<chrono::Utc>) -> outbox::ActiveModel {
+    let (slot, state) = (new.slot, new.appointment.map(|(_, state)| state));
     outbox::ActiveModel {
-        kind: Set(kind.to_owned()),
-        appointment_id: Set(appointment_id),
+        kind: Set(new.kind.to_owned()),
+        appointment_id: Set(new.appointment.map(|(id, _)| id)),
         slot_id: Set(slot.map(|s| s.id)),
         doctor_id: Set(slot.map(|s| s.doctor_id)),
         start_at: Set(slot.map(|s| s.start_at)),
@@ -71,6 +66,11 @@ fn row(
         version: Set(slot.map(|s| s.version)),
         created_at: Set(at),
         slot_closed: Set(slot.map(|s| s.closed_at.is_some())),
+        appointment_status: Set(state.map(|s| s.status.as_str().to_owned())),
+        appointment_expires_at: Set(state.and_then(|s| s.expires_at)),
+        appointment_cancelled_at: Set(state.and_then(|s| s.cancelled_at)),
+        appointment_cancelled_by: Set(state.and_then(|s| s.cancelled_by).map(|c| c.as_str().to_owned())),
+        appointment_rescheduled_to: Set(state.and_then(|s| s.rescheduled_to)),
         ..Default::default()
     }
 }

@@ -8,7 +8,7 @@ use sea_orm::DatabaseTransaction;
 
 use crate::{
     db::{entity::outbox, StoreError},
-    model::AppointmentEvent,
+    model::{AppointmentEvent, AppointmentState},
 };
 
 /// One committed appointment event, as the outbox row recorded it. The row id is unique per
@@ -22,6 +22,9 @@ pub struct Notification {
     pub event: AppointmentEvent,
     /// The appointment it happened to.
     pub appointment_id: i64,
+    /// The appointment as the event left it (`None` for rows recorded before this was kept:
+    /// then as the appointment is now).
+    pub state: Option<AppointmentState>,
     /// When the change committed (the outbox row's time): where delivery lags are measured from.
     pub committed_at: DateTime<Utc>,
 }
@@ -30,7 +33,13 @@ impl Notification {
     /// The event an outbox row carries; `None` for a row that only changes a slot.
     pub fn from_row(row: &outbox::Model) -> Option<Self> {
         let (event, appointment_id) = row.event()?;
-        Some(Self { outbox_id: row.id, event, appointment_id, committed_at: row.created_at })
+        Some(Self {
+            outbox_id: row.id,
+            event,
+            appointment_id,
+            state: row.appointment_state(),
+            committed_at: row.created_at,
+        })
     }
 }
 

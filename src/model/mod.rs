@@ -9,7 +9,9 @@ pub mod time;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-pub use status::{AppointmentEvent, AppointmentStatus, CancelledBy, WaitlistStatus, SCHEDULE_PUBLISHED, SLOT_ONLY};
+pub use status::{
+    AppointmentEvent, AppointmentState, AppointmentStatus, CancelledBy, WaitlistStatus, SCHEDULE_PUBLISHED, SLOT_ONLY,
+};
 pub use time::{day_bounds, doctor_day, parse_timezone, resolve_local, DayRange};
 
 /// A slot's state right after a committed change.

@@ -1,6 +1,8 @@
 //! The states of an appointment and the events that move it, as stored (upper-case words in
 //! `appointment.status`, `appointment.cancelled_by` and `outbox.kind`).
 
+use chrono::{DateTime, Utc};
+
 /// Where an appointment is in its life. `Held` and `Booked` take a seat; the others gave it back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AppointmentStatus {
@@ -112,6 +114,24 @@ impl AppointmentEvent {
     pub fn parse(raw: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|s| s.as_str() == raw)
     }
+}
+
+/// The fields of an appointment that change after it is made, as one event's transaction left
+/// them. The outbox row of the event carries them, so what the event's messages and webhooks
+/// say is what the event did, whatever happened to the appointment after it (a booking
+/// cancelled a millisecond later is still told as booked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AppointmentState {
+    /// Its status.
+    pub status: AppointmentStatus,
+    /// Until when a hold keeps its seat (set while held, kept on expiry).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was cancelled.
+    pub cancelled_at: Option<DateTime<Utc>>,
+    /// Who cancelled it.
+    pub cancelled_by: Option<CancelledBy>,
+    /// The appointment that replaced it.
+    pub rescheduled_to: Option<i64>,
 }
 
 /// Where a waitlist entry is.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     db::messages::EventSubject,
-    model::{AppointmentEvent, CancelledBy},
+    model::{AppointmentEvent, AppointmentState, CancelledBy},
 };
 
 /// Version of [`Facts`]' JSON; a renderer reads the versions it knows.
@@ -58,8 +58,15 @@ pub struct Previous {
 }
 
 impl Facts {
-    /// The facts of `event` about `subject`, committed at `at`.
-    pub fn of(event: AppointmentEvent, subject: &EventSubject, at: DateTime<Utc>) -> Self {
+    /// The facts of `event` about `subject`, committed at `at`, leaving the appointment in
+    /// `state` (when the outbox row recorded it; `subject` is read later, and a later change
+    /// may have moved it on since).
+    pub fn of(
+        event: AppointmentEvent,
+        subject: &EventSubject,
+        state: Option<&AppointmentState>,
+        at: DateTime<Utc>,
+    ) -> Self {
         let previous = match (event, subject.rescheduled_from, subject.prev_start_at, subject.prev_end_at) {
             (AppointmentEvent::Rescheduled, Some(id), Some(start_at), Some(end_at)) => Some(Previous {
                 appointment_id: id,
@@ -70,8 +77,12 @@ impl Facts {
             }),
             _ => None,
         };
+        let (expires_at, cancelled_by) = match state {
+            Some(state) => (state.expires_at, state.cancelled_by.map(|c| c.as_str().to_owned())),
+            None => (subject.expires_at, subject.cancelled_by.clone()),
+        };
         let by = match event {
-            AppointmentEvent::Cancelled => subject.cancelled_by.clone(),
+            AppointmentEvent::Cancelled => cancelled_by,
             AppointmentEvent::Rescheduled => subject.prev_cancelled_by.clone(),
             _ => None,
         };
@@ -82,7 +93,7 @@ impl Facts {
             timezone: subject.doctor_timezone.clone(),
             start_at: subject.start_at,
             end_at: subject.end_at,
-            expires_at: subject.expires_at,
+            expires_at,
             by,
             previous,
             at,

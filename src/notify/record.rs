@@ -106,7 +106,7 @@ fn messages_for(
     reminder_before: Duration,
     now: DateTime<Utc>,
 ) -> Result<Vec<NewMessage>, StoreError> {
-    let facts = serde_json::to_string(&Facts::of(n.event, subject, n.committed_at))
+    let facts = serde_json::to_string(&Facts::of(n.event, subject, n.state.as_ref(), n.committed_at))
         .map_err(|e| StoreError::Inconsistent(format!("message facts: {e}")))?;
     let reminder_at = reminder_due(n.event, subject, reminder_before, now);
     let channels = [(Channel::Email, &subject.email), (Channel::Sms, &subject.phone)];
@@ -200,7 +200,13 @@ mod tests {
     #[test]
     fn one_message_per_channel_on_file() -> Result<(), StoreError> {
         let now = Utc::now();
-        let n = Notification { outbox_id: 3, event: AppointmentEvent::Booked, appointment_id: 7, committed_at: now };
+        let n = Notification {
+            outbox_id: 3,
+            event: AppointmentEvent::Booked,
+            appointment_id: 7,
+            state: None,
+            committed_at: now,
+        };
         let both = messages_for(&n, &subject("BOOKED", 3 * 86_400), Duration::from_secs(86_400), now)?;
         let kinds: Vec<_> = both.iter().map(|m| (m.channel, m.purpose)).collect();
         assert_eq!(kinds, [("EMAIL", "EVENT"), ("EMAIL", "REMINDER"), ("SMS", "EVENT"), ("SMS", "REMINDER")]);

@@ -125,7 +125,7 @@ fn time(t: DateTime<Utc>) -> String {
     t.to_rfc3339()
 }
 
-/// The JSON body of an event about `record`, as of `at`.
+/// The JSON body of an event about `record` (as the event left it), which committed at `at`.
 pub fn body(kind: EventType, record: &AppointmentRecord, at: DateTime<Utc>) -> String {
     let a: &appointment::Model = &record.appointment;
     let envelope = Envelope {

@@ -105,16 +105,23 @@ impl FollowUp for WebhookRecorder {
         let now = micros(Utc::now());
         let mut rows = Vec::new();
         for n in events {
-            let Some(record) = records.get(&n.appointment_id) else {
+            let Some(now_record) = records.get(&n.appointment_id) else {
                 tracing::error!(appointment = n.appointment_id, outbox = n.outbox_id, "event of a missing appointment");
                 continue;
             };
+            // What the event did, not what happened since.
+            let as_left = n.state.map(|state| AppointmentRecord {
+                appointment: now_record.appointment.as_left(&state),
+                doctor_id: now_record.doctor_id,
+            });
+            let record = as_left.as_ref().unwrap_or(now_record);
             let kind = EventType::of(n.event);
             // One body and one id per event, whichever endpoints it goes to.
             let mut made: Option<(String, String)> = None;
             for endpoint in endpoints.iter().filter(|e| subscribed(e, record, kind)) {
-                let (event_id, payload) =
-                    made.get_or_insert_with(|| (self.ids.of(n.outbox_id), event::body(kind, record, now))).clone();
+                let (event_id, payload) = made
+                    .get_or_insert_with(|| (self.ids.of(n.outbox_id), event::body(kind, record, n.committed_at)))
+                    .clone();
                 rows.push(store::NewDelivery {
                     endpoint_id: endpoint.id,
                     outbox_id: n.outbox_id,

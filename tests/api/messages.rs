@@ -608,6 +608,36 @@ async fn holds_confirmations_and_reschedules_send_their_messages() {
 }
 
 #[tokio::test]
+async fn a_message_describes_its_event_not_what_followed() {
+    let database = TestDatabase::new().await;
+    // The relay waits after a commit woke it, so the confirm below commits before the hold's
+    // messages are recorded (as under load, when the relay runs seconds behind).
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("OUTBOX_GATHER_MS", "1500")]).await;
+    set_contact(&app, &patient(1302), json!({ "email": "p1302@example.org", "phone": "+33612345678" })).await;
+    let (_, slot) = app.doctor_with_slot(1).await;
+    let held = app.gql(Some(&patient(1302)), HOLD, json!({ "s": slot, "k": "hold" })).await["holdSlot"].clone();
+    let id = held["appointment"]["id"].as_str().unwrap().to_owned();
+    let confirmed = app.gql(Some(&patient(1302)), CONFIRM, json!({ "id": id })).await["confirmAppointment"].clone();
+    assert_eq!(confirmed["confirmed"], true);
+
+    let expires_at: chrono::DateTime<Utc> = held["appointment"]["expiresAt"].as_str().unwrap().parse().unwrap();
+    let messages = eventually("the hold's and the confirm's messages", || async {
+        let m = recorded(&app, &id).await;
+        (m.len() == 4).then_some(m)
+    })
+    .await;
+    for m in messages.iter().filter(|m| m.event == "HELD") {
+        let facts: Value = serde_json::from_str(&m.facts).unwrap();
+        let kept: chrono::DateTime<Utc> = facts["expires_at"].as_str().unwrap().parse().unwrap();
+        assert_eq!(kept, expires_at, "the hold's {} says until when it held: {facts}", m.channel);
+    }
+    let eml = sent_email(&app, &database, &id, "HELD").await;
+    assert!(eml.contains("Subject: Seat held for you"), "{eml}");
+    let request = &calendars_of(&eml)[0];
+    assert!(request.contains("STATUS:TENTATIVE"), "the hold's calendar is still tentative: {request}");
+}
+
+#[tokio::test]
 async fn an_expired_hold_sends_a_cancelling_calendar() {
     let database = TestDatabase::new().await;
     let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("HOLD_TTL_SECS", "1")]).await;

@@ -338,9 +338,8 @@ async fn a_row_left_in_the_outbox_still_goes_out() {
     let mut model = clinic_booking::db::slots::find(app.db.conn(), slot_id).await.expect("read").expect("slot");
     model.version = 7;
     model.booked_count = 2;
-    clinic_booking::db::outbox::record(app.db.conn(), "SLOT", None, Some(&model), chrono::Utc::now())
-        .await
-        .expect("row");
+    let row = clinic_booking::db::outbox::NewRow { kind: "SLOT", appointment: None, slot: Some(&model) };
+    clinic_booking::db::outbox::record_many(app.db.conn(), [row], chrono::Utc::now()).await.expect("row");
     assert_eq!(key(&ws.event("o").await), (slot, 7, 2));
 }
 

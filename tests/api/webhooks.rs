@@ -586,6 +586,59 @@ async fn a_redelivery_sends_the_same_event_again() {
     assert_eq!(user_error(&app.redeliver(&a, "999999").await), Some("INVALID_INPUT"));
 }
 
+/// The relay waits this long after a commit woke it, so that the changes the tests make right
+/// after an event are committed before the event's deliveries are recorded (as under load,
+/// when the relay runs seconds behind).
+const LATE_RELAY: (&str, &str) = ("OUTBOX_GATHER_MS", "1500");
+
+#[tokio::test]
+async fn an_event_says_what_it_did_even_when_a_later_change_committed_first() {
+    let (app, _db) = spawn_local(&[LATE_RELAY, ("RATE_LIMIT_BOOKINGS", "0")]).await;
+    let receiver = Receiver::start(vec![], Reply::Status(204)).await;
+    let a = partner("acme");
+    let (endpoint, _) = app.endpoint(&a, &receiver.url(), None).await;
+    let (_, slot) = app.doctor_with_slot(2).await;
+
+    // Booked, then cancelled a moment later: both commit before the relay drains either.
+    let booked = app.book(&a, &slot, "k1", Some("77")).await;
+    let id = booked["appointment"]["id"].as_str().unwrap().to_owned();
+    app.cancel(&a, &id).await;
+    // Held, then confirmed.
+    let hold = "mutation($s:ID!){holdSlot(input:{slotId:$s,idempotencyKey:\"k2\",patientId:\"78\"})\
+        {appointment{id expiresAt} userErrors{code}}}";
+    let held = app.gql(Some(&a), hold, json!({ "s": slot })).await["holdSlot"].clone();
+    let held_id = held["appointment"]["id"].as_str().unwrap().to_owned();
+    let confirm = "mutation($i:ID!){confirmAppointment(id:$i){confirmed}}";
+    assert_eq!(app.gql(Some(&a), confirm, json!({ "i": held_id })).await["confirmAppointment"]["confirmed"], true);
+
+    let got = receiver.wait_for(4).await;
+    let body_of = |kind: &str| {
+        got.iter().map(Received::json).find(|b| b["type"] == kind).unwrap_or_else(|| panic!("no {kind} in {got:?}"))
+    };
+    let booked = &body_of("appointment.booked")["data"]["appointment"];
+    assert_eq!((booked["id"].as_str(), booked["status"].as_str()), (Some(id.as_str()), Some("BOOKED")), "{booked}");
+    assert!(booked["cancelledAt"].is_null() && booked["cancelledBy"].is_null(), "{booked}");
+    let cancelled = &body_of("appointment.cancelled")["data"]["appointment"];
+    assert_eq!((cancelled["status"].as_str(), cancelled["cancelledBy"].as_str()), (Some("CANCELLED"), Some("PARTNER")));
+    let held_body = &body_of("appointment.held")["data"]["appointment"];
+    assert_eq!(held_body["status"], "HELD", "{held_body}");
+    assert_eq!(
+        chrono::DateTime::parse_from_rfc3339(held_body["expiresAt"].as_str().unwrap()).unwrap(),
+        chrono::DateTime::parse_from_rfc3339(held["appointment"]["expiresAt"].as_str().unwrap()).unwrap(),
+    );
+    let confirmed = &body_of("appointment.confirmed")["data"]["appointment"];
+    assert_eq!((confirmed["status"].as_str(), confirmed["expiresAt"].as_str()), (Some("BOOKED"), None));
+
+    // A redelivery, after all of that, sends the event's own bytes again.
+    let deliveries = app.deliveries_when(&a, &endpoint, "four sent", |d| statuses(d) == ["SUCCEEDED"; 4]).await;
+    let first = deliveries.iter().find(|d| d["eventType"] == "APPOINTMENT_BOOKED").unwrap();
+    app.redeliver(&a, first["id"].as_str().unwrap()).await;
+    let again = receiver.wait_for(5).await;
+    let original = got.iter().find(|r| r.header("webhook-id") == first["eventId"].as_str().unwrap()).unwrap();
+    assert_eq!(again[4].header("webhook-id"), original.header("webhook-id"));
+    assert_eq!(again[4].body, original.body);
+}
+
 #[tokio::test]
 async fn a_rotation_signs_with_both_secrets() {
     let Some(python) = verifier() else { return };

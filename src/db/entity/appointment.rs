@@ -2,7 +2,7 @@
 
 use sea_orm::entity::prelude::*;
 
-use crate::model::AppointmentStatus;
+use crate::model::{AppointmentState, AppointmentStatus, CancelledBy};
 
 /// Stored status of a held seat (see [`AppointmentStatus`]).
 pub const HELD: &str = "HELD";
@@ -61,6 +61,30 @@ impl Model {
     /// seat, and the CHECK constraint makes it impossible anyway).
     pub fn status(&self) -> AppointmentStatus {
         AppointmentStatus::parse(&self.status).unwrap_or(AppointmentStatus::Cancelled)
+    }
+
+    /// The fields that change after the row is made, as they are in this row.
+    pub fn state(&self) -> AppointmentState {
+        AppointmentState {
+            status: self.status(),
+            expires_at: self.expires_at,
+            cancelled_at: self.cancelled_at,
+            cancelled_by: self.cancelled_by.as_deref().and_then(CancelledBy::parse),
+            rescheduled_to: self.rescheduled_to,
+        }
+    }
+
+    /// This row as `state` left it: the fields that never change from this row, the others
+    /// from `state` (what an event's transaction left, read later from its outbox row).
+    pub fn as_left(&self, state: &AppointmentState) -> Self {
+        Self {
+            status: state.status.as_str().to_owned(),
+            expires_at: state.expires_at,
+            cancelled_at: state.cancelled_at,
+            cancelled_by: state.cancelled_by.map(|c| c.as_str().to_owned()),
+            rescheduled_to: state.rescheduled_to,
+            ..self.clone()
+        }
     }
 }
 

@@ -4,7 +4,9 @@
 
 use sea_orm::entity::prelude::*;
 
-use crate::model::{AppointmentEvent, SlotChange, SCHEDULE_PUBLISHED};
+use crate::model::{
+    AppointmentEvent, AppointmentState, AppointmentStatus, CancelledBy, SlotChange, SCHEDULE_PUBLISHED,
+};
 
 /// One pending event.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -34,6 +36,17 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// Whether the slot is closed after the change.
     pub slot_closed: Option<bool>,
+    /// The appointment's status as the event left it (with the four columns below, its
+    /// [`AppointmentState`]); `None` in rows written before it was recorded.
+    pub appointment_status: Option<String>,
+    /// The appointment's `expires_at` as the event left it.
+    pub appointment_expires_at: Option<DateTimeUtc>,
+    /// The appointment's `cancelled_at` as the event left it.
+    pub appointment_cancelled_at: Option<DateTimeUtc>,
+    /// The appointment's `cancelled_by` as the event left it.
+    pub appointment_cancelled_by: Option<String>,
+    /// The appointment's `rescheduled_to` as the event left it.
+    pub appointment_rescheduled_to: Option<i64>,
 }
 
 impl Model {
@@ -58,6 +71,18 @@ impl Model {
     /// The appointment event the row carries, if any.
     pub fn event(&self) -> Option<(AppointmentEvent, i64)> {
         Some((AppointmentEvent::parse(&self.kind)?, self.appointment_id?))
+    }
+
+    /// The appointment as the row's event left it; `None` for a row written before the state
+    /// was recorded (its messages then describe the appointment as it is when they are made).
+    pub fn appointment_state(&self) -> Option<AppointmentState> {
+        Some(AppointmentState {
+            status: AppointmentStatus::parse(self.appointment_status.as_deref()?)?,
+            expires_at: self.appointment_expires_at,
+            cancelled_at: self.appointment_cancelled_at,
+            cancelled_by: self.appointment_cancelled_by.as_deref().and_then(CancelledBy::parse),
+            rescheduled_to: self.appointment_rescheduled_to,
+        })
     }
 }
 
