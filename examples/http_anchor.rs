@@ -2,7 +2,7 @@
 //! stack (tokio, hyper through axum, mimalloc) that answers every `POST /graphql` with one fixed
 //! body of a slot list's size, doing nothing else. Driven by the same load as the service (the
 //! peers' `wrk/ours_slot_list.lua`), its requests per second are what the service's cached slot
-//! lists are measured against (BENCHMARKS.md, "anchors").
+//! lists are measured against (BENCHMARKS.md, "The HTTP anchor").
 //!
 //! ```sh
 //! cargo build --release --example http_anchor

@@ -347,7 +347,7 @@ pub struct Config {
     /// (`NOTIFY_POLL_MS`, default 1000): retries and reminders are due this much late at most.
     pub notify_poll_interval: Duration,
     /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 32: fewer fell
-    /// behind a full booking rate on two cores, see BENCHMARKS.md "Sixth pass").
+    /// behind a full booking rate on two cores, see docs/benchmarks-history.md, "Sixth pass").
     pub notify_concurrency: usize,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
@@ -356,7 +356,7 @@ pub struct Config {
     pub hold_expiry_interval: Duration,
     /// Worker threads of the booking lane, a runtime of its own for the operations that move
     /// seats (`BOOKING_LANE_THREADS`, default 0: on the main runtime; on two cores the lane made
-    /// bookings slower in every alternating run, BENCHMARKS.md fifth pass).
+    /// bookings slower in every alternating run, docs/benchmarks-history.md, fifth pass).
     pub booking_lane_threads: usize,
     /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
     pub waitlist_offer_ttl: Duration,

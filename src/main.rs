@@ -45,7 +45,7 @@ enum Command {
 }
 
 /// mimalloc instead of the system allocator: a GraphQL request makes many small short-lived
-/// allocations, and glibc's malloc took about a fifth of the CPU under load (see BENCHMARKS.md).
+/// allocations, and glibc's malloc took about a fifth of the CPU under load (docs/benchmarks-history.md, first pass).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

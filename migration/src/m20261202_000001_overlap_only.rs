@@ -6,7 +6,7 @@
 //! constraint on PostgreSQL, the triggers on SQLite) already refuses a second seat in it. The partial unique
 //! index [`UQ_APPOINTMENT_ACTIVE_PATIENT`] said the same a second time, and every booking paid
 //! for it: one more index entry written and probed in the statement that takes the seat
-//! (9–20 % of that statement's throughput in pgbench, BENCHMARKS.md "Eleventh pass"). Which
+//! (9–20 % of that statement's throughput in pgbench, docs/benchmarks-history.md, "Eleventh pass"). Which
 //! refusal a violation means (`ALREADY_BOOKED` or `OVERLAPPING_APPOINTMENT`) was already read
 //! from the patient's appointments after the fact, whichever rule the database named.
 

@@ -6,7 +6,7 @@
 //! separately cast constants (1.4–2.0 kB of text each); `status::text = ANY ('{HELD,…}')`
 //! says the same with one constant (0.7–1.4 kB): the appointment's CHECK text goes from
 //! 6.7 kB to 4.9 kB. pgbench on the booking statement, 32 clients, seven alternating pairs of
-//! 10 s runs: 2,819 tps as they were, 3,025 tps written so (BENCHMARKS.md "Twelfth pass").
+//! 10 s runs: 2,819 tps as they were, 3,025 tps written so (docs/benchmarks-history.md, "Twelfth pass").
 //!
 //! The rules and the constraints' names are unchanged. SQLite keeps the `IN` lists (it has no
 //! arrays, and parses its schema once per connection).

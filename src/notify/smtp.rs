@@ -4,7 +4,7 @@
 //! Why not lettre's pooled transport here: it leaves Nagle's algorithm on, and its client writes
 //! a message's body and the closing `.` in two writes. The second waits for the relay to
 //! acknowledge the first, which a Linux relay delays by ~40 ms, so every message took ~40 ms
-//! whatever the relay did (eight connections sent ~150 messages/s: BENCHMARKS.md, fifth pass).
+//! whatever the relay did (eight connections sent ~150 messages/s: docs/benchmarks-history.md, fifth pass).
 //! TLS relays keep lettre's transport, which opens its own sockets.
 
 use std::{
