@@ -57,6 +57,12 @@ impl fmt::Display for Role {
     }
 }
 
+/// The identity stored with what a caller of `role` with token subject `sub` creates
+/// ([`Caller::scope`]).
+pub fn scope(role: Role, sub: &str) -> String {
+    format!("{role}:{sub}")
+}
+
 /// An authenticated caller, as proven by a valid token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
@@ -74,7 +80,7 @@ impl Caller {
     /// The caller's identity as stored with what it creates: `role:sub`. Idempotency keys are
     /// scoped by it, and a partner sees the appointments whose creator it is.
     pub fn scope(&self) -> String {
-        format!("{}:{}", self.role, self.sub)
+        scope(self.role, &self.sub)
     }
 
     /// True when the caller may act as (or on behalf of) any patient.

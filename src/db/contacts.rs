@@ -1,16 +1,15 @@
-//! Queries of the `patient_contact` table, and the one fact about appointments its
-//! visibility rule needs.
+//! Queries of the `patient_contact` table: contact details kept per booker (the patient's own,
+//! and each partner's for the appointments it makes).
 
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    sea_query::OnConflict, ActiveValue::Set, ColumnTrait, Condition, ConnectionTrait, EntityTrait, QueryFilter,
-    QuerySelect,
-};
+use sea_orm::{sea_query::OnConflict, ActiveValue::Set, ConnectionTrait, EntityTrait};
 
-use super::{
-    entity::{appointment, patient_contact},
-    StoreError,
-};
+use super::{entity::patient_contact, StoreError};
+
+/// `patient_contact.booker` of the patient's own details (set by the patient, or by an admin
+/// for it): they serve every message the patient gets, except those about the appointments of
+/// a partner that keeps details of its own.
+pub const OWN: &str = "";
 
 /// What a write does to one field of a patient's contact details.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,16 +42,22 @@ pub struct ContactChange {
     pub locale: FieldChange,
 }
 
-/// A patient's contact details, if any were ever given.
-pub async fn find(conn: &impl ConnectionTrait, patient_id: i64) -> Result<Option<patient_contact::Model>, StoreError> {
-    Ok(patient_contact::Entity::find_by_id(patient_id).one(conn).await?)
+/// The details `booker` ([`OWN`], or a partner's scope) keeps for a patient, if any.
+pub async fn find(
+    conn: &impl ConnectionTrait,
+    patient_id: i64,
+    booker: &str,
+) -> Result<Option<patient_contact::Model>, StoreError> {
+    Ok(patient_contact::Entity::find_by_id((patient_id, booker.to_owned())).one(conn).await?)
 }
 
-/// Applies `change` in one statement (an upsert): a new row takes the values given (a field
-/// left out is not on file), an existing one changes only the fields named. Returns the row.
+/// Applies `change` to what `booker` keeps for the patient, in one statement (an upsert): a
+/// new row takes the values given (a field left out is not on file), an existing one changes
+/// only the fields named. Returns the row.
 pub async fn apply(
     conn: &impl ConnectionTrait,
     patient_id: i64,
+    booker: &str,
     change: &ContactChange,
     by: &str,
     now: DateTime<Utc>,
@@ -60,6 +65,7 @@ pub async fn apply(
     use patient_contact::Column as C;
     let row = patient_contact::ActiveModel {
         patient_id: Set(patient_id),
+        booker: Set(booker.to_owned()),
         email: Set(change.email.value()),
         phone: Set(change.phone.value()),
         locale: Set(change.locale.value()),
@@ -72,23 +78,6 @@ pub async fn apply(
             columns.push(column);
         }
     }
-    let upsert = OnConflict::column(C::PatientId).update_columns(columns).to_owned();
+    let upsert = OnConflict::columns([C::PatientId, C::Booker]).update_columns(columns).to_owned();
     Ok(patient_contact::Entity::insert(row).on_conflict(upsert).exec_with_returning(conn).await?)
-}
-
-/// Whether the caller scope `booked_by` made (or first made, before someone else rescheduled
-/// it) any appointment of the patient, whatever its status: a partner sees the contact
-/// details of the patients it booked.
-pub async fn booked_by(conn: &impl ConnectionTrait, patient_id: i64, scope: &str) -> Result<bool, StoreError> {
-    use appointment::Column as A;
-    let found = appointment::Entity::find()
-        .select_only()
-        .column(A::Id)
-        .filter(A::PatientId.eq(patient_id))
-        .filter(Condition::any().add(A::BookedBy.eq(scope)).add(A::FirstBookedBy.eq(scope)))
-        .limit(1)
-        .into_tuple::<i64>()
-        .one(conn)
-        .await?;
-    Ok(found.is_some())
 }

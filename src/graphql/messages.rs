@@ -63,12 +63,19 @@ pub struct MessagesQuery;
 
 #[Object]
 impl MessagesQuery {
-    /// A patient's contact details, or null when none are on file or you may not see them: a
-    /// patient sees its own (`patientId` may be left out), an admin any patient's, a partner
-    /// those of patients it booked. Doctors: FORBIDDEN.
-    async fn patient_contact(&self, ctx: &Context<'_>, patient_id: Option<ID>) -> Result<Option<PatientContact>> {
-        let found =
-            ctx.data::<ContactService>()?.get(caller(ctx)?, patient_id.as_ref().map(|p| p.as_str())).await.gql()?;
+    /// A patient's contact details, or null when none are on file or you may not see them.
+    /// Details are kept per booker: a patient sees its own (`patientId` may be left out); a
+    /// partner sees what it set for the patient (used for the appointments it makes), never
+    /// what the patient or another partner set; an admin sees the patient's own, or with
+    /// `partner` (a partner's token subject) what that partner set. Doctors: FORBIDDEN.
+    async fn patient_contact(
+        &self,
+        ctx: &Context<'_>,
+        patient_id: Option<ID>,
+        partner: Option<String>,
+    ) -> Result<Option<PatientContact>> {
+        let patient_id = patient_id.as_ref().map(|p| p.as_str());
+        let found = ctx.data::<ContactService>()?.get(caller(ctx)?, patient_id, partner.as_deref()).await.gql()?;
         Ok(found.map(PatientContact::from))
     }
 }
@@ -79,8 +86,10 @@ pub struct MessagesMutation;
 
 #[Object]
 impl MessagesMutation {
-    /// Sets where a patient's messages go; sends nothing by itself. Invalid values come back
-    /// in `userErrors` (INVALID_INPUT, with `field`), and nothing is changed then.
+    /// Sets where a patient's messages go; sends nothing by itself. A patient (or an admin
+    /// for it) sets the patient's own details; a partner sets details kept for it alone, used
+    /// for the messages about the appointments it makes. Invalid values come back in
+    /// `userErrors` (INVALID_INPUT, with `field`), and nothing is changed then.
     async fn set_patient_contact(
         &self,
         ctx: &Context<'_>,

@@ -14,11 +14,16 @@
 //! - **Writes** change only the fields given: a field left out keeps its value, an explicit
 //!   `null` removes it. Values are stored exactly as given (an invalid one is refused, not
 //!   repaired).
+//! - **Per booker.** What a partner sets is kept for that partner alone: it serves the messages
+//!   about the appointments (and waitlist offers) that partner made, and only that partner and
+//!   admins read it back. The patient's own details (set by the patient, or by an admin for
+//!   it) serve everything else, and a partner's appointments when that partner keeps none. So
+//!   a partner can never read, change or redirect what the patient or another partner set.
 
 use chrono::Utc;
 
 use crate::{
-    auth::{Caller, Role},
+    auth::{self, Caller, Role},
     booking::{input::parse_id, Refusal, ServiceError},
     db::{
         contacts::{self, ContactChange, FieldChange},
@@ -91,11 +96,10 @@ impl ContactService {
         Self { db }
     }
 
-    /// `setPatientContact`. Sends nothing by itself: messages follow appointment events only.
-    ///
-    /// The answer shows what `patientContact` would show the caller afterwards, except for a
-    /// partner that has not booked the patient (it may write, as it may book for any patient,
-    /// but not read what others wrote): it sees back only the fields it sent.
+    /// `setPatientContact`: a patient's (or an admin's, for the patient) write changes the
+    /// patient's own details, a partner's those it keeps for the patient. Sends nothing by
+    /// itself: messages follow appointment events only. The answer is what `patientContact`
+    /// shows the caller afterwards.
     pub async fn set(&self, caller: &Caller, input: ContactInput) -> ContactOutcome {
         let patient_id = match writer_patient(caller, input.patient_id.as_deref())? {
             Ok(id) => id,
@@ -121,25 +125,22 @@ impl ContactService {
         if !refusals.is_empty() {
             return Ok(Err(refusals));
         }
-        let row = contacts::apply(self.db.conn(), patient_id, &change, &caller.scope(), micros(Utc::now())).await?;
-        if caller.role == Role::Partner && !contacts::booked_by(self.db.conn(), patient_id, &caller.scope()).await? {
-            let sent = |c: &FieldChange| match c {
-                FieldChange::Set(v) => Some(v.clone()),
-                FieldChange::Keep | FieldChange::Clear => None,
-            };
-            return Ok(Ok(Contact {
-                patient_id,
-                email: sent(&change.email),
-                phone: sent(&change.phone),
-                locale: sent(&change.locale),
-            }));
-        }
+        let booker = booker_of(caller);
+        let row =
+            contacts::apply(self.db.conn(), patient_id, &booker, &change, &caller.scope(), micros(Utc::now())).await?;
         Ok(Ok(row.into()))
     }
 
-    /// `patientContact`: the patient's own details; for an admin any patient's; for a partner
-    /// those of patients it booked. `None` when there are none or the caller may not see them.
-    pub async fn get(&self, caller: &Caller, raw_patient_id: Option<&str>) -> Result<Option<Contact>, ServiceError> {
+    /// `patientContact`: a patient's own details for the patient itself and for admins; for a
+    /// partner, what it keeps for the patient; for an admin naming `partner` (a partner's
+    /// token subject), what that partner keeps. `None` when there are none or the caller may
+    /// not see them.
+    pub async fn get(
+        &self,
+        caller: &Caller,
+        raw_patient_id: Option<&str>,
+        partner: Option<&str>,
+    ) -> Result<Option<Contact>, ServiceError> {
         let parse = |raw: &str| parse_id("patientId", raw).map_err(|m| ServiceError::invalid(&["patientId"], m));
         let patient_id = match caller.role {
             Role::Doctor => return Err(forbidden()),
@@ -155,11 +156,30 @@ impl ContactService {
                 None => return Err(ServiceError::invalid(&["patientId"], "patientId is required for this role")),
             },
         };
-        if caller.role == Role::Partner && !contacts::booked_by(self.db.conn(), patient_id, &caller.scope()).await? {
-            return Ok(None);
-        }
-        Ok(contacts::find(self.db.conn(), patient_id).await?.map(Contact::from))
+        let booker = match (caller.role, partner) {
+            (_, None) => booker_of(caller),
+            (Role::Admin, Some(sub)) => partner_booker(sub),
+            (Role::Partner, Some(sub)) if sub == caller.sub => booker_of(caller),
+            (_, Some(_)) => {
+                return Err(ServiceError::Forbidden("only admins read the details another booker keeps".into()))
+            }
+        };
+        Ok(contacts::find(self.db.conn(), patient_id, &booker).await?.map(Contact::from))
     }
+}
+
+/// Whose details a caller's writes and reads are: a partner's own, else the patient's.
+fn booker_of(caller: &Caller) -> String {
+    match caller.role {
+        Role::Partner => partner_booker(&caller.sub),
+        Role::Patient | Role::Admin | Role::Doctor => contacts::OWN.to_owned(),
+    }
+}
+
+/// The booker of the details a partner with token subject `sub` keeps: its scope, as stored
+/// with the appointments it makes.
+fn partner_booker(sub: &str) -> String {
+    auth::scope(Role::Partner, sub)
 }
 
 fn forbidden() -> ServiceError {

@@ -140,24 +140,117 @@ async fn contact_details_follow_the_roles() {
     assert_eq!(user_error(&nameless), Some("INVALID_INPUT"));
     assert_eq!(app.error_code(Some(&admin()), GET, json!({ "p": null })).await, "INVALID_INPUT");
 
-    // A partner may write for any patient, but sees back only what it sent until it booked
-    // that patient; then it sees the details, another partner still does not.
+    // A partner may write for any patient: it writes details kept for itself, and reads back
+    // only those, never the patient's own or another partner's.
     let written = set_contact(&app, &partner("p1"), json!({ "patientId": "401", "phone": "+33612345678" })).await;
-    assert_eq!(
-        written["contact"],
-        json!({ "patientId": "401", "email": null, "phone": "+33612345678", "locale": null })
-    );
-    assert_eq!(get_contact(&app, &partner("p1"), Some("401")).await, Value::Null);
+    let kept = json!({ "patientId": "401", "email": null, "phone": "+33612345678", "locale": null });
+    assert_eq!(written["contact"], kept);
+    assert_eq!(get_contact(&app, &partner("p1"), Some("401")).await, kept);
     let (_, slot) = app.doctor_with_slot(1).await;
     let booked = app.book(&partner("p1"), &slot, "contact-roles", Some("401")).await;
     assert_eq!(user_error(&booked), None);
-    let full = json!({ "patientId": "401", "email": "p401@example.org", "phone": "+33612345678", "locale": null });
-    assert_eq!(get_contact(&app, &partner("p1"), Some("401")).await, full);
+    assert_eq!(get_contact(&app, &partner("p1"), Some("401")).await, kept, "booking changes nothing");
     assert_eq!(get_contact(&app, &partner("p2"), Some("401")).await, Value::Null);
-    // Admins see every patient's.
-    assert_eq!(get_contact(&app, &admin(), Some("401")).await, full);
+    // The patient's own details are untouched by the partner's write.
+    let own = json!({ "patientId": "401", "email": "p401@example.org", "phone": null, "locale": null });
+    assert_eq!(get_contact(&app, &patient(401), None).await, own);
+    // Admins see the patient's own, and with `partner` what a partner keeps.
+    assert_eq!(get_contact(&app, &admin(), Some("401")).await, own);
+    let as_admin = "query($p:ID,$b:String){patientContact(patientId:$p,partner:$b){patientId email phone locale}}";
+    let kept_by = |b: &str| json!({ "p": "401", "b": b });
+    assert_eq!(app.gql(Some(&admin()), as_admin, kept_by("p1")).await["patientContact"], kept);
+    assert_eq!(app.gql(Some(&admin()), as_admin, kept_by("p2")).await["patientContact"], Value::Null);
+    assert_eq!(app.gql(Some(&partner("p1")), as_admin, kept_by("p1")).await["patientContact"], kept);
+    assert_eq!(app.error_code(Some(&partner("p1")), as_admin, kept_by("p2")).await, "FORBIDDEN");
+    assert_eq!(app.error_code(Some(&patient(401)), as_admin, kept_by("p1")).await, "FORBIDDEN");
     assert_eq!(get_contact(&app, &admin(), Some("999")).await, Value::Null);
     assert_eq!(app.error_code(Some(&admin()), GET, json!({ "p": "abc" })).await, "INVALID_INPUT");
+}
+
+#[tokio::test]
+async fn a_partners_contact_serves_only_that_partners_appointments() {
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[NO_REMINDERS, ("RATE_LIMIT_BOOKINGS", "0")]).await;
+    let (a, b) = (partner("alpha"), partner("beta"));
+    set_contact(&app, &patient(501), json!({ "email": "own@example.org", "phone": "+33611111111" })).await;
+    // Partner B writes its own details for the patient; it cannot read or replace the patient's.
+    let b_kept = set_contact(&app, &b, json!({ "patientId": "501", "email": "inbox@beta.example" })).await;
+    assert_eq!(b_kept["contact"]["phone"], Value::Null, "B sees only what it set: {b_kept}");
+    assert_eq!(get_contact(&app, &b, Some("501")).await["email"], "inbox@beta.example");
+    assert_eq!(get_contact(&app, &patient(501), None).await["email"], "own@example.org");
+
+    let doctor_id = app.create_doctor("UTC").await;
+    let slots = app.publish(&doctor_id, &crate::helpers::tomorrow(), "09:00", "10:00", 15, 1).await;
+    let own_booking = book(&app, 501, &slots[0], "own").await;
+    let by_a = app.book(&a, &slots[1], "by-a", Some("501")).await["appointment"]["id"].as_str().unwrap().to_owned();
+    let by_b = app.book(&b, &slots[2], "by-b", Some("501")).await["appointment"]["id"].as_str().unwrap().to_owned();
+    // The patient moves B's appointment: it is still B's, and so are its messages.
+    let moved = app.gql(Some(&patient(501)), RESCHEDULE, json!({ "a": by_b, "s": slots[3], "k": "move" })).await
+        ["rescheduleAppointment"]
+        .clone();
+    assert_eq!(moved["userErrors"], json!([]), "{moved}");
+    let moved_id = moved["appointment"]["id"].as_str().unwrap().to_owned();
+
+    let recipients = |id: String, n: usize| {
+        let app = &app;
+        async move {
+            let rows = eventually(&format!("{n} messages of {id}"), || async {
+                let rows = recorded(app, &id).await;
+                (rows.len() == n).then_some(rows)
+            })
+            .await;
+            let mut to: Vec<String> = rows.into_iter().map(|m| m.recipient).collect();
+            to.sort();
+            to
+        }
+    };
+    // The patient's own booking and A's (A keeps nothing) go to the patient's own details.
+    assert_eq!(recipients(own_booking, 2).await, ["+33611111111", "own@example.org"]);
+    assert_eq!(recipients(by_a, 2).await, ["+33611111111", "own@example.org"]);
+    // B's go only where B said: an email, and no SMS (B keeps no phone).
+    assert_eq!(recipients(by_b, 1).await, ["inbox@beta.example"]);
+    assert_eq!(recipients(moved_id, 1).await, ["inbox@beta.example"]);
+}
+
+#[tokio::test]
+async fn contacts_kept_before_per_booker_details_belong_to_who_wrote_them_last() {
+    use migration::MigratorTrait;
+    use sea_orm::{ConnectionTrait, Statement};
+
+    // The schema as it was before contacts were kept per booker, with one row per patient.
+    let database = TestDatabase::new().await;
+    let url =
+        if database.url.starts_with("sqlite") { format!("{}?mode=rwc", database.url) } else { database.url.clone() };
+    let conn = sea_orm::Database::connect(&url).await.unwrap();
+    let migrations = migration::Migrator::migrations();
+    let before = migrations.iter().position(|m| m.name() == "m20261204_000003_contacts_per_booker").unwrap();
+    migration::Migrator::up(&conn, Some(u32::try_from(before).unwrap())).await.unwrap();
+    let backend = conn.get_database_backend();
+    for (patient_id, email, by) in [
+        (601_i64, "own601@example.org", "patient:601"),
+        (602, "inbox@gamma.example", "partner:gamma"),
+        (603, "set603@example.org", "admin:1"),
+    ] {
+        let sql = match backend {
+            sea_orm::DbBackend::Postgres => {
+                "INSERT INTO patient_contact (patient_id, email, updated_at, updated_by) VALUES ($1, $2, $3, $4)"
+            }
+            _ => "INSERT INTO patient_contact (patient_id, email, updated_at, updated_by) VALUES (?, ?, ?, ?)",
+        };
+        let values: [sea_orm::Value; 4] = [patient_id.into(), email.into(), Utc::now().into(), by.into()];
+        conn.execute_raw(Statement::from_sql_and_values(backend, sql, values)).await.unwrap();
+    }
+    conn.close().await.unwrap();
+
+    // The service migrates the rest at its start.
+    let app = TestApp::spawn_on(&database, &[]).await;
+    let email = |v: Value| v["email"].clone();
+    assert_eq!(email(get_contact(&app, &patient(601), None).await), "own601@example.org");
+    assert_eq!(email(get_contact(&app, &admin(), Some("603")).await), "set603@example.org");
+    // The row a partner wrote is that partner's now: the patient's own details are empty.
+    assert_eq!(email(get_contact(&app, &partner("gamma"), Some("602")).await), "inbox@gamma.example");
+    assert_eq!(get_contact(&app, &patient(602), None).await, Value::Null);
+    assert_eq!(get_contact(&app, &partner("delta"), Some("602")).await, Value::Null);
 }
 
 #[tokio::test]
