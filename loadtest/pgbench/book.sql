@@ -20,8 +20,9 @@ WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(202440705, hashint8(:p))), 
   RETURNING id
 ), o AS (
   INSERT INTO outbox (kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at,
-                      slot_closed)
-  SELECT 'BOOKED', a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, now(), false FROM s, a
+                      slot_closed, appointment_status, appointment_expires_at)
+  SELECT 'BOOKED', a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, now(), false,
+         'BOOKED', NULL FROM s, a
 )
 SELECT s.id, s.doctor_id, s.start_at, s.end_at, s.capacity, s.booked_count, s.version, s.closed_at, s.closed_reason, a.id
 FROM s, a;
