@@ -12,7 +12,8 @@
 //! - [`fhir`] — FHIR R4 beside GraphQL: reads, the slot search, `$hold`/`$book`, and the SMART
 //!   Scheduling Links feed (kept rendered, refreshed by committed changes).
 //! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders,
-//!   and the direct path that answers plain booking documents without the executor.
+//!   and the answer pipeline ([`graphql::answer`]): the one way an operation is answered over
+//!   HTTP and WebSocket, with its fast paths as strategies chosen in one place.
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
 //! - [`auth`] — bearer tokens and roles.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
@@ -20,8 +21,8 @@
 //!   through which appointment events become durable follow-up work.
 //! - [`notify`] — patients' contact details, and the emails and SMS each appointment event
 //!   sends them (a durable queue in the database, sent by a worker in every instance).
-//! - [`guard`] — burst protection: slot-list cache (shared rows, and rendered answers in
-//!   process), rate limit, known-full rejects, bulkhead.
+//! - [`guard`] — burst protection: slot-list cache (shared rows), the generations that make
+//!   what was made of a read stale, rate limit, known-full rejects, bulkhead.
 //! - [`webhooks`] — partner webhooks: endpoints, deliveries recorded by the relay, signed
 //!   and retried sending, the SSRF rule.
 //! - [`telemetry`] — logging.

@@ -16,7 +16,7 @@ use crate::{
         map::MapSettings,
         FhirState,
     },
-    graphql::{build_prevalidated_schema, build_schema_with, MoreServices, QueryLimits, SubscriptionExecutor},
+    graphql::{MoreServices, Pipeline, QueryLimits, SubscriptionExecutor},
     guard::{Guard, GuardSettings},
     http::{install_recorder, AppState, HttpLimits},
     model::Observers,
@@ -268,9 +268,10 @@ impl Application {
                 gather: config.outbox_gather,
                 snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
                 follow_ups: vec![messages as Arc<dyn FollowUp>, Arc::new(recorder) as Arc<dyn FollowUp>],
-                // Other instances' commits reach the rendered answers and the feed through the bus.
+                // Every commit, this instance's and the others', reaches the generations of the
+                // reads (what was made of them goes stale) and the feed.
                 observer: Some(Arc::new(Observers(vec![
-                    Arc::clone(&guard.answers) as Arc<dyn crate::events::ChangeObserver>,
+                    Arc::clone(&guard.generations) as Arc<dyn crate::events::ChangeObserver>,
                     feed.observer(),
                 ]))),
             },
@@ -285,8 +286,10 @@ impl Application {
             Jobs { handles: vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping)], stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let more = MoreServices { webhooks: Some(webhook_service) };
-        let schema = build_schema_with(limits, Some(service.clone()), more.clone());
-        let subscriptions = SubscriptionExecutor::new(schema.clone(), service.db().clone(), live, limits);
+        // No slot-list cache means no kept answers either: `SLOT_CACHE_TTL_MS=0` switches off both.
+        let answer_ttl = if config.slot_cache_ttl.is_zero() { Duration::ZERO } else { config.answer_cache_ttl };
+        let pipeline = Arc::new(Pipeline::new(limits, service.clone(), more, answer_ttl));
+        let subscriptions = SubscriptionExecutor::new(Arc::clone(&pipeline), live, limits);
         let tokens = Arc::new(TokenIssuer::new(&secret)?);
         let fhir = FhirState {
             service: service.clone(),
@@ -298,8 +301,7 @@ impl Application {
             max_body_bytes: config.max_body_bytes,
         };
         let state = AppState {
-            prevalidated: build_prevalidated_schema(limits, Some(service.clone()), more),
-            schema,
+            pipeline,
             service,
             tokens,
             limits: HttpLimits {

@@ -128,12 +128,10 @@ impl Changes {
 }
 
 impl BookingService {
-    /// Tells live availability, the caches and the known-full marks about a committed
-    /// transaction. Awaited before the answer, so a client that reads after its change sees it.
+    /// Tells the caches, the known-full marks and live availability (with this instance's change
+    /// observers) about a committed transaction. Awaited before the answer, so a client that
+    /// reads after its change sees it.
     pub(super) async fn committed(&self, changes: &Changes) {
-        for slot in changes.slots.values() {
-            self.sink.committed(SlotChange::from(slot));
-        }
         for slot in changes.slots.values() {
             if slot.available() <= 0 {
                 self.guard.known_full.mark_full(slot).await;
@@ -141,18 +139,21 @@ impl BookingService {
                 self.guard.known_full.mark_open(slot).await;
             }
         }
-        // One invalidation per doctor's day, however many of its slots changed.
+        // The shared rows first, one invalidation per doctor's day however many of its slots
+        // changed; then the sink, whose observers make what was read of them before stale. In
+        // that order, a read made meanwhile either found the rows gone or is made stale.
         let mut days = std::collections::BTreeSet::new();
         for slot in changes.slots.values() {
+            // A day that cannot be told (logged) keeps its rows for at most the cache TTL.
             if let Some(day) = self.day_of(slot).await {
                 days.insert((slot.doctor_id, day));
-            } else {
-                // The commit stands; the shared list may stay stale for at most the cache TTL.
-                self.guard.answers.changed(slot.doctor_id);
             }
         }
         for (doctor_id, date) in days {
-            self.day_changed(doctor_id, date).await;
+            self.guard.slots.invalidate(doctor_id, date).await;
+        }
+        for slot in changes.slots.values() {
+            self.sink.committed(SlotChange::from(slot));
         }
     }
 }

@@ -164,14 +164,6 @@ impl BookingService {
             }
         }
     }
-
-    /// Drops what the caches hold of a doctor's day after a commit changed it: the shared rows
-    /// first, then this instance's rendered answers. In that order, a list rendered meanwhile
-    /// either read the rows after the delete or carries a stamp the second step makes stale.
-    async fn day_changed(&self, doctor_id: i64, date: chrono::NaiveDate) {
-        self.guard.slots.invalidate(doctor_id, date).await;
-        self.guard.answers.changed(doctor_id);
-    }
 }
 
 /// Answer of an operation that reports refusals as data.

@@ -131,7 +131,7 @@ impl BookingService {
         }
         .await?;
         if created > 0 {
-            self.day_changed(doctor_id, req.date).await;
+            self.guard.slots.invalidate(doctor_id, req.date).await;
             self.sink.published(doctor_id);
         }
         let starts: Vec<_> = plan.iter().map(|s| s.start_at).collect();

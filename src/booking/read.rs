@@ -37,8 +37,9 @@ pub struct DoctorPage {
 pub struct SlotList {
     /// The slots, by start.
     pub slots: Vec<time_slot::Model>,
-    /// Taken before the rows were read, for keeping an answer made of them
-    /// ([`crate::guard::AnswerCache`]); `None` for an unknown doctor (one may be created next).
+    /// The doctor's generation taken before the rows were read ([`crate::guard::Generations`]):
+    /// whatever is made of them is current while it is. `None` for an unknown doctor (one may
+    /// be created next).
     pub stamp: Option<Stamp>,
 }
 
@@ -113,7 +114,7 @@ impl BookingService {
             let minutes = parse_duration(minutes).map_err(|m| ServiceError::invalid(&["durationMinutes"], m))?;
             return self.available_runs(id, date, minutes).await;
         }
-        let mut stamp = self.guard.answers.stamp(id);
+        let mut stamp = self.guard.generations.stamp(id);
         let now = Utc::now();
         if let Some(mut rows) = self.guard.slots.get(id, date).await {
             // Cached a few seconds ago: drop what has started since.
@@ -141,7 +142,7 @@ impl BookingService {
     /// [`BookingService::available_slots`] with a duration: the day's slots and those the
     /// runs may reach into the next day, read uncached (the rendered answers are still kept).
     async fn available_runs(&self, doctor_id: i64, date: NaiveDate, minutes: i64) -> Result<SlotList, ServiceError> {
-        let stamp = self.guard.answers.stamp(doctor_id);
+        let stamp = self.guard.generations.stamp(doctor_id);
         let Some(tz) = self.timezone(doctor_id).await? else {
             return Ok(SlotList { slots: Vec::new(), stamp: None });
         };

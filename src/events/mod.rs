@@ -73,7 +73,8 @@ pub struct LiveSettings {
     pub snapshot_concurrency: usize,
     /// Who records the messages and deliveries that committed appointment events call for.
     pub follow_ups: Vec<Arc<dyn FollowUp>>,
-    /// Told about every change that reaches the bus, before the subscriptions are.
+    /// Told about every change that reaches the bus, before the subscriptions are, and about
+    /// this instance's own commits right after each (through the commit sink).
     pub observer: Option<Arc<dyn ChangeObserver>>,
 }
 
@@ -99,7 +100,7 @@ impl Live {
     pub fn start(db: Db, settings: LiveSettings) -> (Self, RelaySink, LiveTasks) {
         let bus = bus::Bus::new(settings.observer.clone());
         let (stop, stopping) = watch::channel(false);
-        let sink = RelaySink::new();
+        let sink = RelaySink::new(settings.observer.clone());
         let mut handles = Vec::new();
         let publisher = match settings.redis {
             Some(client) => {

@@ -18,7 +18,7 @@ use super::{
     bus::Bus,
     follow_up::{FollowUp, Notification},
     pubsub::RedisPublisher,
-    CommitSink, EventsError, SlotChange,
+    ChangeObserver, CommitSink, EventsError, SlotChange,
 };
 use crate::db::{
     entity::outbox as outbox_row,
@@ -30,27 +30,39 @@ use crate::db::{
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// The commit sink of the booking service: wakes the relay right after each commit.
-#[derive(Clone, Debug, Default)]
+/// The commit sink of the booking service: tells this instance's change observers (the caches
+/// made of reads) right after each commit, and wakes the relay, which publishes the change to
+/// every instance.
+#[derive(Clone, Default)]
 pub struct RelaySink {
     wake: Arc<Notify>,
+    observer: Option<Arc<dyn ChangeObserver>>,
 }
 
 impl RelaySink {
-    /// A sink that wakes nobody yet (the relay takes a clone of its bell).
-    pub fn new() -> Self {
-        Self::default()
+    /// A sink that tells `observer` (the relay takes a clone of its bell).
+    pub fn new(observer: Option<Arc<dyn ChangeObserver>>) -> Self {
+        Self { wake: Arc::default(), observer }
     }
 }
 
 impl CommitSink for RelaySink {
-    fn committed(&self, _change: SlotChange) {
+    fn committed(&self, change: SlotChange) {
+        // The observers hear of the change again from the bus, which costs them a repeat of
+        // what they did; without this, they would hear of it only after the relay's pass, and
+        // a client reading right after its own write could be answered from before it.
+        if let Some(observer) = &self.observer {
+            observer.changed(&change);
+        }
         // The change itself travels through the outbox row; this only saves the poll delay.
         // `notify_one` stores a permit, so a commit during a pass triggers another pass.
         self.wake.notify_one();
     }
 
-    fn published(&self, _doctor_id: i64) {
+    fn published(&self, doctor_id: i64) {
+        if let Some(observer) = &self.observer {
+            observer.published(doctor_id);
+        }
         self.wake.notify_one();
     }
 }

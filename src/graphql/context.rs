@@ -18,7 +18,7 @@ pub struct RequestContext {
     pub principal: Principal,
     /// The request id (also in the `x-request-id` response header).
     pub request_id: String,
-    /// The slot lists the answer is made of, for keeping it ([`crate::guard::AnswerCache`]).
+    /// The slot lists the answer is made of, for keeping it (`answer::kept`).
     pub stamps: AnswerStamps,
 }
 

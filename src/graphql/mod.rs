@@ -1,11 +1,8 @@
 //! The GraphQL API: schema, resolvers (thin: they call [`crate::booking`]), types, loaders.
 
-pub mod answers;
-pub mod complete;
+pub mod answer;
 pub mod context;
 mod cursor;
-pub mod direct;
-pub mod direct_list;
 pub mod error;
 pub mod loaders;
 pub mod messages;
@@ -22,6 +19,7 @@ use async_graphql::{
     MergedObject, Schema, ValidationMode,
 };
 
+pub use answer::{Answered, Pipeline};
 pub use context::{AnswerStamps, RequestContext};
 pub use loaders::Loaders;
 pub use messages::{MessagesMutation, MessagesQuery};
@@ -73,18 +71,14 @@ pub fn build_schema_with(limits: QueryLimits, service: Option<BookingService>, m
 }
 
 /// The same schema in async-graphql's fast validation mode (depth and complexity limits only),
-/// for requests of a shape known to pass the full validation (see `http::validated`).
-pub fn build_prevalidated_schema(
-    limits: QueryLimits,
-    service: Option<BookingService>,
-    more: MoreServices,
-) -> AppSchema {
+/// for requests of a shape known to pass the full validation (see `answer::shape`).
+fn build_prevalidated_schema(limits: QueryLimits, service: Option<BookingService>, more: MoreServices) -> AppSchema {
     build(limits, service, more, ValidationMode::Fast)
 }
 
 fn build(limits: QueryLimits, service: Option<BookingService>, more: MoreServices, mode: ValidationMode) -> AppSchema {
     // No per-field tracing extension: the request's span (operation name, request id) is made
-    // in `http::graphql`, and a span around every resolved field cost about a tenth of the CPU
+    // in `answer`, and a span around every resolved field cost about a tenth of the CPU
     // of a slot list (40 slots × 3 fields).
     let mut builder = Schema::build(QueryRoot::default(), MutationRoot::default(), SubscriptionRoot)
         .limit_depth(limits.depth)

@@ -46,12 +46,7 @@ impl BookingMutation {
 
     /// Books a seat. Refusals (SLOT_FULL, ALREADY_BOOKED, …) come back in `userErrors`.
     async fn book_appointment(&self, ctx: &Context<'_>, input: BookAppointmentInput) -> Result<BookAppointmentPayload> {
-        let req = BookRequest {
-            slot_id: input.slot_id.0,
-            idempotency_key: input.idempotency_key,
-            patient_id: input.patient_id.map(|p| p.0),
-            duration_minutes: input.duration_minutes,
-        };
+        let req = BookRequest::from(input);
         let outcome = ctx.data::<BookingService>()?.book(caller(ctx)?, &req).await.gql()?;
         Ok(match outcome {
             Ok(b) => BookAppointmentPayload {

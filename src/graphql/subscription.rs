@@ -20,23 +20,22 @@ use std::{
 
 use async_graphql::{
     futures_util::stream::BoxStream,
-    parser::types::{DocumentOperations, ExecutableDocument, OperationDefinition, OperationType, Selection},
+    parser::types::{DocumentOperations, ExecutableDocument, OperationType, Selection},
     Context, Data, EmptyMutation, EmptySubscription, Executor, Object, Request, Response, Result, Schema, Subscription,
     Value, Variables, ID,
 };
 use futures_util::{Stream, StreamExt};
 
 use super::{
-    chosen_operation, complete,
+    chosen_operation,
     error::{to_graphql, with_request_codes, IntoGraphql},
-    loaders::Loaders,
     scalars::Date,
     types::SlotAvailabilityEvent,
-    AppSchema, QueryLimits,
+    Pipeline, QueryLimits, RequestContext,
 };
 use crate::{
+    auth::Principal,
     booking::{read::parse_arg_id, ServiceError},
-    db::Db,
     events::{Live, SlotChange},
 };
 
@@ -74,13 +73,12 @@ async fn open(
     }
 }
 
-/// Serves GraphQL over WebSocket: queries and mutations as the schema does, `slotAvailability`
-/// subscriptions with shared rendering (see the module doc). Cheap to clone.
+/// Serves GraphQL over WebSocket: queries and mutations through the answer pipeline, as over
+/// HTTP; `slotAvailability` subscriptions with shared rendering (see the module doc); other
+/// subscriptions on the schema. Cheap to clone.
 #[derive(Clone)]
 pub struct SubscriptionExecutor {
-    schema: AppSchema,
-    /// For the loaders each query or mutation gets, as over HTTP.
-    db: Db,
+    pipeline: Arc<Pipeline>,
     shared: Arc<Shared>,
 }
 
@@ -106,9 +104,9 @@ const CACHE_ENTRIES: usize = 4096;
 const DOCUMENTS: usize = 1024;
 
 impl SubscriptionExecutor {
-    /// An executor over `schema` (whose loaders read `db`), reading live availability from
-    /// `live`; `limits` are the schema's, applied as well to the subscriptions it renders itself.
-    pub fn new(schema: AppSchema, db: Db, live: Live, limits: QueryLimits) -> Self {
+    /// An executor answering through `pipeline`, reading live availability from `live`;
+    /// `limits` are the schema's, applied as well to the subscriptions it renders itself.
+    pub fn new(pipeline: Arc<Pipeline>, live: Live, limits: QueryLimits) -> Self {
         let render = Schema::build(RenderRoot, EmptyMutation, EmptySubscription)
             .limit_depth(limits.depth)
             .limit_complexity(limits.complexity)
@@ -116,7 +114,7 @@ impl SubscriptionExecutor {
             .finish();
         let shared =
             Shared { render, live, documents: Mutex::new(Interned::default()), cache: Mutex::new(HashMap::new()) };
-        Self { schema, db, shared: Arc::new(shared) }
+        Self { pipeline, shared: Arc::new(shared) }
     }
 
     /// Live availability (for the connection's data, and to notice the instance stopping).
@@ -124,68 +122,59 @@ impl SubscriptionExecutor {
         &self.shared.live
     }
 
-    /// `request` with its loaders, as `http::graphql` gives them, and how to complete its
-    /// answers.
-    fn prepared(&self, mut request: Request) -> (Request, Option<Completion>) {
-        let completion = Completion::of(&mut request);
-        (request.data(Loaders::new(&self.db)), completion)
+    /// A query or mutation (the protocol sends those through `subscribe` too), answered by the
+    /// pipeline for the connection's principal.
+    async fn answer(&self, request: Request, context: Option<&RequestContext>) -> Response {
+        let anonymous = RequestContext::new(Principal::Anonymous, String::new());
+        let context = context.unwrap_or(&anonymous);
+        self.pipeline.answer(request, &context.principal, &context.request_id, false).await.response
     }
 }
 
-// Over WebSocket the answers are completed and the errors get their codes here, as
-// `http::graphql` does over HTTP.
 impl Executor for SubscriptionExecutor {
     async fn execute(&self, request: Request) -> Response {
-        let (request, completion) = self.prepared(request);
-        with_request_codes(Completion::apply(completion.as_ref(), self.schema.execute(request).await))
+        let context = context_of(&request.data).cloned();
+        self.answer(request, context.as_ref()).await
     }
 
     fn execute_stream(&self, mut request: Request, session_data: Option<Arc<Data>>) -> BoxStream<'static, Response> {
-        let responses = match render_document(&mut request) {
-            Some(document) => {
-                let template = Template {
-                    key: self.shared.intern(&request),
-                    query: request.query,
-                    variables: request.variables,
-                    document,
-                };
-                rendered(Arc::clone(&self.shared), template).boxed()
-            }
-            None => {
-                let (request, completion) = self.prepared(request);
-                self.schema
-                    .execute_stream_with_session_data(request, session_data.unwrap_or_default())
-                    .map(move |response| Completion::apply(completion.as_ref(), response))
-                    .boxed()
-            }
-        };
-        responses.map(with_request_codes).boxed()
-    }
-}
-
-/// A query's or mutation's document and chosen operation (the protocol sends those through
-/// `subscribe` too), to complete its answers as over HTTP (see `complete`).
-struct Completion {
-    doc: ExecutableDocument,
-    op: OperationDefinition,
-}
-
-impl Completion {
-    /// `None` for a subscription or a document that does not parse, which the executor answers
-    /// itself.
-    fn of(request: &mut Request) -> Option<Self> {
-        let name = request.operation_name.clone();
-        let doc = request.parsed_query().ok()?;
-        let op = chosen_operation(doc, name.as_deref())?;
-        (op.ty != OperationType::Subscription).then(|| Self { doc: doc.clone(), op: op.clone() })
-    }
-
-    fn apply(completion: Option<&Self>, mut response: Response) -> Response {
-        if let Some(c) = completion {
-            complete::complete(&mut response, &c.doc, &c.op);
+        if let Some(document) = render_document(&mut request) {
+            let template = Template {
+                key: self.shared.intern(&request),
+                query: request.query,
+                variables: request.variables,
+                document,
+            };
+            return rendered(Arc::clone(&self.shared), template).map(with_request_codes).boxed();
         }
-        response
+        if is_subscription(&mut request) {
+            let responses =
+                self.pipeline.schema().execute_stream_with_session_data(request, session_data.unwrap_or_default());
+            return responses.map(with_request_codes).boxed();
+        }
+        let this = self.clone();
+        futures_util::stream::once(async move {
+            let context = session_data.as_deref().and_then(context_of).cloned();
+            this.answer(request, context.as_ref()).await
+        })
+        .boxed()
     }
+}
+
+/// The connection's (or request's) context, with the principal its `connection_init` proved.
+fn context_of(data: &Data) -> Option<&RequestContext> {
+    data.get(&std::any::TypeId::of::<RequestContext>()).and_then(|d| d.downcast_ref::<RequestContext>())
+}
+
+/// Whether `request` runs a subscription (a document that does not parse, or names no
+/// operation of its own, is answered by the pipeline, which words the error).
+fn is_subscription(request: &mut Request) -> bool {
+    let name = request.operation_name.clone();
+    request
+        .parsed_query()
+        .ok()
+        .and_then(|doc| chosen_operation(doc, name.as_deref()))
+        .is_some_and(|op| op.ty == OperationType::Subscription)
 }
 
 /// The document to render with when `request` is a subscription to `slotAvailability` alone

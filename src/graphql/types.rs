@@ -365,6 +365,19 @@ pub struct BookAppointmentInput {
     pub duration_minutes: Option<i32>,
 }
 
+/// The service's request: the one reading of the input, for the resolver and the direct path
+/// (`graphql::answer::book`) alike.
+impl From<BookAppointmentInput> for crate::booking::BookRequest {
+    fn from(input: BookAppointmentInput) -> Self {
+        Self {
+            slot_id: input.slot_id.0,
+            idempotency_key: input.idempotency_key,
+            patient_id: input.patient_id.map(|p| p.0),
+            duration_minutes: input.duration_minutes,
+        }
+    }
+}
+
 /// A hold request: a seat kept for `HOLD_TTL_SECS` until `confirmAppointment`.
 #[derive(InputObject, Debug)]
 pub struct HoldSlotInput {

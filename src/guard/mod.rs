@@ -1,6 +1,6 @@
-//! Burst protection in front of the database: the slot-list cache (rows shared in Redis, and
-//! rendered answers in process), the per-patient booking rate limit, known-full early rejects
-//! and the booking bulkhead.
+//! Burst protection in front of the database: the slot-list cache (rows shared in Redis), the
+//! generations that say whether what was made of a read is still current, the per-patient
+//! booking rate limit, known-full early rejects and the booking bulkhead.
 //!
 //! The first three live in Redis when `REDIS_URL` is set (shared by every instance) and in
 //! process otherwise. Redis is never the source of truth: every Redis operation has a short
@@ -8,10 +8,10 @@
 //! the request go on to the database as if the guard were not there. The database alone
 //! decides every booking, so nothing is over- or under-booked whatever Redis does.
 
-pub mod answers;
 pub mod bulkhead;
 pub mod cache;
 pub mod flights;
+pub mod generations;
 pub mod known_full;
 pub mod lane;
 pub mod rate_limit;
@@ -19,9 +19,9 @@ mod redis_link;
 
 use std::{sync::Arc, time::Duration};
 
-pub use answers::{AnswerCache, Stamp};
 pub use bulkhead::{Bulkhead, Entered, Saturated};
 pub use cache::{SlotCache, TimezoneCache};
+pub use generations::{Generations, Stamp};
 pub use known_full::{FullMark, KnownFull};
 pub use rate_limit::RateLimiter;
 
@@ -34,10 +34,8 @@ const LOCAL_MAX_ENTRIES: usize = 100_000;
 /// The settings of the guards (from [`Config`]).
 #[derive(Clone, Debug)]
 pub struct GuardSettings {
-    /// Slot-list TTL; zero: no cache (neither rows nor answers).
+    /// Slot-list TTL; zero: no cache.
     pub slot_cache_ttl: Duration,
-    /// Longest life of a rendered answer; zero: none kept.
-    pub answer_cache_ttl: Duration,
     /// Booking attempts per patient per window; 0: no limit.
     pub rate_limit: u32,
     /// The rate-limit window.
@@ -61,7 +59,6 @@ impl GuardSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
             slot_cache_ttl: config.slot_cache_ttl,
-            answer_cache_ttl: config.answer_cache_ttl,
             rate_limit: config.rate_limit_bookings,
             rate_window: config.rate_limit_window,
             known_full_ttl: config.known_full_ttl,
@@ -78,9 +75,9 @@ impl GuardSettings {
 pub struct Guard {
     /// Slot lists by doctor and day.
     pub slots: SlotCache,
-    /// Rendered slot-list answers by request (in process; also told about other instances'
-    /// commits by the live-availability bus).
-    pub answers: Arc<AnswerCache>,
+    /// Each doctor's slots' generation (in process; told of this instance's commits by the
+    /// booking service's commit sink, of every instance's by the live-availability bus).
+    pub generations: Arc<Generations>,
     /// Doctors' time zones (in process).
     pub timezones: TimezoneCache,
     /// Per-patient booking attempts.
@@ -98,7 +95,7 @@ impl Guard {
     pub fn disabled() -> Self {
         Self {
             slots: SlotCache::off(),
-            answers: Arc::new(AnswerCache::new(Duration::ZERO)),
+            generations: Arc::default(),
             timezones: TimezoneCache::default(),
             limiter: RateLimiter::off(),
             known_full: KnownFull::off(),
@@ -115,13 +112,11 @@ impl Guard {
         let lane = lane::Lane::dedicated("booking", settings.booking_lane_threads)?;
         let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
         let timezones = TimezoneCache::default();
-        // No slot-list cache means no answers either: `SLOT_CACHE_TTL_MS=0` switches off both.
-        let answer_ttl = if settings.slot_cache_ttl.is_zero() { Duration::ZERO } else { settings.answer_cache_ttl };
-        let answers = Arc::new(AnswerCache::new(answer_ttl));
+        let generations = Arc::new(Generations::new());
         Ok(match redis {
             None => Self {
                 slots: SlotCache::local(settings.slot_cache_ttl),
-                answers,
+                generations: Arc::clone(&generations),
                 timezones,
                 limiter: RateLimiter::local(settings.rate_limit, settings.rate_window),
                 known_full: KnownFull::local(settings.known_full_ttl),
@@ -132,7 +127,7 @@ impl Guard {
                 let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout, &lane);
                 Self {
                     slots: SlotCache::redis(link.clone(), settings.slot_cache_ttl),
-                    answers,
+                    generations,
                     timezones,
                     limiter: RateLimiter::redis(link.clone(), settings.rate_limit, settings.rate_window),
                     known_full: KnownFull::redis(link, settings.known_full_ttl),

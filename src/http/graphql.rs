@@ -8,7 +8,7 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use async_graphql::{parser::types::OperationType, Variables};
+use async_graphql::Variables;
 use axum::{
     body::{to_bytes, Body, Bytes},
     extract::{Query, State},
@@ -16,17 +16,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::{json, Map, Value};
-use tracing::Instrument;
 
-use super::{connection, query_cache, validated, AppState, Shared};
+use super::{connection, AppState, Shared};
 use crate::{
     auth::Principal,
-    graphql::{
-        answers::made_of_slot_lists,
-        chosen_operation, complete,
-        error::{code, refused_as_a_whole, with_request_codes},
-        AnswerStamps, Loaders, RequestContext,
-    },
+    graphql::{error::code, Answered, Pipeline},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -98,11 +92,12 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     Box::pin(execute(&state, &headers, requests, batched, answer_key, media)).await
 }
 
-/// The kept answer to a request with exactly this body ([`crate::guard::AnswerCache`]: slot
-/// lists), if any. A request with a bad token is left to the usual path, which refuses it.
+/// The kept answer to a request with exactly this body (slot lists: see
+/// [`Pipeline::kept`]), if any. A request with a bad token is left to the usual path, which
+/// refuses it.
 fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
     let started = Instant::now();
-    let (answer, operation) = state.service.guard().answers.get(body)?;
+    let (answer, operation) = state.pipeline.kept(body)?;
     authenticate(state, headers).ok()?;
     metrics::counter!("answer_cache_hits_total").increment(1);
     metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => "ok").increment(1);
@@ -136,7 +131,7 @@ pub(super) async fn get(
         Ok(r) => r,
         Err(msg) => return request_error(bad_request(media), media, &msg),
     };
-    if is_mutation(&request) {
+    if Pipeline::writes(&request) {
         let mut resp = request_error(StatusCode::METHOD_NOT_ALLOWED, media, "mutations are sent with POST");
         resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
@@ -201,16 +196,6 @@ fn graphql_request(item: Value) -> Result<async_graphql::Request, String> {
     Ok(request)
 }
 
-fn is_mutation(request: &async_graphql::Request) -> bool {
-    let Some(document) = query_cache::document(&request.query) else {
-        return false; // answered as a parse error by the executor
-    };
-    let name = request.operation_name.as_deref();
-    document.doc.operations.iter().any(|(op_name, op)| {
-        (name.is_none() || op_name.map(|n| n.as_str()) == name) && op.node.ty != OperationType::Query
-    })
-}
-
 /// The client's `x-request-id` when it is a sensible one, else a new one.
 fn request_id(headers: &HeaderMap) -> String {
     headers
@@ -221,12 +206,9 @@ fn request_id(headers: &HeaderMap) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
-/// Runs the operations (several: a batch) and answers. `answer_key`, the body of a single POST
-/// operation, is where its answer is kept when it is made only of slot lists.
-///
-/// Each way of answering (the executor, a booking plan, a list plan) is boxed where it is
-/// awaited: a future is as large as its largest state, so one inline executor would make every
-/// request's future kilobytes, copied whole when the handler boxes this one.
+/// Runs the operations (several: a batch) through the answer pipeline and answers. `answer_key`,
+/// the body of a single POST operation, is where its answer is kept when it is made only of
+/// slot lists.
 async fn execute(
     state: &AppState,
     headers: &HeaderMap,
@@ -252,61 +234,12 @@ async fn execute(
     let mut retry_after = None;
     // The stamps and operation name of an answer to keep (a single POST of slot lists).
     let mut keep = None;
-    for mut request in requests {
+    for request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
-        let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
-        // The slot lists an answer is made of, noted by the executor's resolvers.
-        let mut stamps = None;
-        let document = query_cache::document(&request.query);
-        let name = request.operation_name.as_deref();
-        let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
-        let keepable = answer_key.is_some() && op.is_some_and(made_of_slot_lists);
-        let shape = op.and_then(|op| validated::shape(name, op, &request.variables));
-        let prevalidated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
         let started = Instant::now();
-        // A booking of a known-valid shape skips the executor (`graphql::direct`).
-        let direct = match (&document, prevalidated) {
-            (Some(d), true) => d.book_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))),
-            _ => None,
-        };
-        // So does a slot list (`graphql::direct_list`), unless the service refuses it.
-        let list = match (&document, prevalidated, &direct) {
-            (Some(d), true, None) => d.list_plan().and_then(|plan| Some((plan, plan.bind(&request.variables)?))),
-            _ => None,
-        };
-        let listed = match list {
-            Some((plan, (doctor, date))) => {
-                let noted = AnswerStamps::default();
-                let answer = Box::pin(plan.run(&state.service, doctor, date, &noted).instrument(span.clone())).await;
-                answer.map(|a| (a, noted))
-            }
-            None => None,
-        };
-        let response = if let Some((plan, booking)) = direct {
-            metrics::counter!("graphql_direct_total").increment(1);
-            Box::pin(plan.run(&state.service, &principal, booking).instrument(span)).await
-        } else if let Some((answer, noted)) = listed {
-            metrics::counter!("graphql_direct_total").increment(1);
-            stamps = Some(noted);
-            answer
-        } else {
-            if let Some(d) = &document {
-                request.set_parsed_query(d.doc.clone());
-            }
-            let schema = if prevalidated { &state.prevalidated } else { &state.schema };
-            let ctx = RequestContext::new(principal.clone(), request_id.clone());
-            stamps = Some(ctx.stamps.clone());
-            let request = request.data(ctx).data(Loaders::new(state.service.db()));
-            let mut response = Box::pin(schema.execute(request).instrument(span)).await;
-            if let (Some(d), Some(op)) = (&document, op) {
-                complete::complete(&mut response, &d.doc, op);
-            }
-            response
-        };
-        let rendered = render(response, &request_id);
-        if let (Some(d), Some(shape), false, false) = (&document, shape, prevalidated, rendered.request_error) {
-            d.remember(shape);
-        }
+        let answered = state.pipeline.answer(request, &principal, &request_id, answer_key.is_some()).await;
+        let stamps = answered.keep.clone();
+        let rendered = render(answered, &request_id);
         metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);
         metrics::histogram!("graphql_request_seconds", "operation" => operation.clone())
@@ -319,14 +252,14 @@ async fn execute(
                 retry_after = rendered.retry_after;
             }
         }
-        if keepable && rendered.outcome == "ok" && !rendered.request_error {
-            keep = Some((stamps.map(|s| s.take()).unwrap_or_default(), operation));
+        if let Some(stamps) = stamps {
+            keep = Some((stamps, operation));
         }
         bodies.push(rendered.body);
     }
     let body = Bytes::from(if batched { format!("[{}]", bodies.join(",")) } else { bodies.pop().unwrap_or_default() });
     if let (Some(key), Some((stamps, operation))) = (answer_key, keep) {
-        state.service.guard().answers.put(key, stamps, body.clone(), &operation);
+        state.pipeline.keep(key, stamps, body.clone(), &operation);
     }
     let mut resp = respond(status, media, body, &request_id);
     if let Some(secs) = retry_after {
@@ -359,20 +292,18 @@ struct Rendered {
     retry_after: Option<u64>,
 }
 
-/// Serializes a response, adding `extensions.code` where async-graphql left none (its own
-/// parse, validation and input-coercion errors: `BAD_REQUEST`) and the request id to
-/// `INTERNAL` errors. An answer without errors (nearly all of them: refusals are data) is
-/// written straight to text, in one pass.
-fn render(response: async_graphql::Response, request_id: &str) -> Rendered {
+/// Serializes an answer, adding the request id to `INTERNAL` errors. An answer without errors
+/// (nearly all of them: refusals are data) is written straight to text, in one pass.
+fn render(answered: Answered, request_id: &str) -> Rendered {
+    let Answered { response, refused: request_error, .. } = answered;
     if response.errors.is_empty() {
         if let Ok(body) = serde_json::to_string(&response) {
             return Rendered { body, outcome: "ok", request_error: false, retry_after: None };
         }
     }
-    let request_error = refused_as_a_whole(&response);
     let mut outcome = "ok";
-    let mut body = serde_json::to_value(with_request_codes(response))
-        .unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
+    let mut body =
+        serde_json::to_value(response).unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
     if let Some(errors) = body.get_mut("errors").and_then(Value::as_array_mut) {
         for error in errors {
             let Some(ext) = error.get_mut("extensions").and_then(Value::as_object_mut) else { continue };

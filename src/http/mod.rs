@@ -6,8 +6,6 @@ mod graphiql;
 mod graphql;
 mod health;
 mod metrics;
-mod query_cache;
-mod validated;
 mod ws;
 
 use std::sync::Arc;
@@ -23,16 +21,14 @@ use axum::{
 };
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
-use crate::{auth::TokenIssuer, booking::BookingService, graphql::AppSchema};
+use crate::{auth::TokenIssuer, booking::BookingService, graphql::Pipeline};
 
 pub use self::metrics::install_recorder;
 
 /// Everything a handler needs, shared by all requests of an instance.
 pub struct AppState {
-    /// The GraphQL schema (with the booking service in its data).
-    pub schema: AppSchema,
-    /// The same schema without the full validation, for requests of a validated shape.
-    pub prevalidated: AppSchema,
+    /// Answers GraphQL operations (over HTTP here, over WebSocket through `subscriptions`).
+    pub pipeline: Arc<Pipeline>,
     /// The booking service.
     pub service: BookingService,
     /// Verifies bearer tokens.

@@ -1,9 +1,9 @@
-//! The direct paths (`graphql::direct` for bookings, `graphql::direct_list` for slot lists)
+//! The direct paths (`graphql::answer`: `BookPlan` for bookings, `ListPlan` for slot lists)
 //! answer exactly as the executor does: every outcome, sent through both, gives the same status
 //! and the same bytes.
 
 use async_graphql::parser::parse_query;
-use clinic_booking::graphql::{direct::BookPlan, direct_list::ListPlan};
+use clinic_booking::graphql::answer::{BookPlan, ListPlan};
 use serde_json::{json, Value};
 
 use crate::helpers::*;

@@ -9,13 +9,13 @@
 //! shape that passed the full validation call [`BookingService::book`] directly and build the
 //! same answer the executor would, from the same scalar and enum conversions. Anything else
 //! (fragments, directives, nested objects such as `appointment { slot }`, repeated response
-//! keys, default values, variables that need coercion) is left to the executor, and
-//! `tests/api/direct.rs` checks that both give the same answer, byte for byte.
+//! keys, default values) is left to the executor, and `tests/api/direct.rs` checks that both
+//! give the same answer, byte for byte.
 //!
-//! What the executor would do between the request and the resolver is nothing here: the
-//! document passed the full validation for this shape, and `BookAppointmentInput` has no
-//! validators of its own (the service parses and checks every value). A validator added to it
-//! must be added here too, or the plan must refuse the field.
+//! The input goes through the schema's own input type: [`BookPlan::bind`] reads the
+//! `BookAppointmentInput` with its `InputType::parse` (its coercion and any validator it has)
+//! and turns it into the service's request with the resolver's own conversion, so the direct
+//! path cannot accept an input the executor would refuse, nor read one differently.
 
 use async_graphql::{
     indexmap::IndexMap,
@@ -25,16 +25,16 @@ use async_graphql::{
     },
     InputType, Name, PathSegment, Pos, Response, ScalarType, Value, Variables, ID,
 };
-use async_graphql_value::Value as DocumentValue;
+use async_graphql_value::{ConstValue, Value as DocumentValue};
 
-use super::{
-    error::to_graphql,
-    types::{AppointmentStatus, CancelledBy, UserErrorCode},
-};
 use crate::{
     auth::Principal,
     booking::{BookRequest, Booked, BookingService, Refusal, ServiceError},
     db::entity::appointment,
+    graphql::{
+        error::to_graphql,
+        types::{AppointmentStatus, BookAppointmentInput, CancelledBy, UserErrorCode},
+    },
     model,
 };
 
@@ -150,27 +150,21 @@ impl BookPlan {
         })
     }
 
-    /// The request these variables make, when every value is a plain string (or an absent or
-    /// null `patientId`); `None` sends the request to the executor, which coerces or refuses.
+    /// The request these variables make, read through `BookAppointmentInput` as the executor
+    /// reads it; `None` sends the request to the executor, which refuses what it cannot read.
     pub fn bind(&self, variables: &Variables) -> Option<BookRequest> {
-        let value = |source: &Source| -> Option<Option<String>> {
+        let value = |source: &Source| -> ConstValue {
             match source {
-                Source::Literal(s) => Some(Some(s.clone())),
-                Source::Null => Some(None),
-                Source::Variable(name) => match variables.get(name) {
-                    Some(Value::String(s)) => Some(Some(s.clone())),
-                    None | Some(Value::Null) => Some(None),
-                    Some(_) => None,
-                },
+                Source::Literal(s) => ConstValue::String(s.clone()),
+                Source::Null => ConstValue::Null,
+                Source::Variable(name) => variables.get(name).cloned().unwrap_or(ConstValue::Null),
             }
         };
-        Some(BookRequest {
-            slot_id: value(&self.slot_id)??,
-            idempotency_key: value(&self.idempotency_key)??,
-            patient_id: value(&self.patient_id)?,
-            // A document naming `durationMinutes` is not compiled into a plan.
-            duration_minutes: None,
-        })
+        let mut input = IndexMap::with_capacity(3);
+        input.insert(Name::new("slotId"), value(&self.slot_id));
+        input.insert(Name::new("idempotencyKey"), value(&self.idempotency_key));
+        input.insert(Name::new("patientId"), value(&self.patient_id));
+        BookAppointmentInput::parse(Some(ConstValue::Object(input))).ok().map(BookRequest::from)
     }
 
     /// Books, and answers as the executor would.

@@ -10,7 +10,7 @@ use std::{
 
 use async_graphql::parser::{parse_query, types::ExecutableDocument};
 
-use crate::graphql::{direct::BookPlan, direct_list::ListPlan};
+use super::{book::BookPlan, list::ListPlan};
 
 /// Documents kept; once full, new ones are parsed per request and not kept (a flood of
 /// distinct documents costs what it cost before, no more).

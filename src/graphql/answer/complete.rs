@@ -22,7 +22,7 @@ use async_graphql::{
     Name, Response, Value,
 };
 
-use super::error::refused_as_a_whole;
+use crate::graphql::error::refused_as_a_whole;
 
 /// Every object type's fields and their types, by name.
 struct Shapes(HashMap<String, HashMap<String, Type>>);
@@ -31,7 +31,7 @@ impl Shapes {
     fn of_schema() -> Self {
         let mut types = HashMap::new();
         // The SDL is the schema's own; it always parses.
-        if let Ok(document) = async_graphql::parser::parse_schema(super::sdl()) {
+        if let Ok(document) = async_graphql::parser::parse_schema(crate::graphql::sdl()) {
             for definition in document.definitions {
                 let TypeSystemDefinition::Type(ty) = definition else { continue };
                 let ty = ty.node;
@@ -57,12 +57,12 @@ fn shapes() -> &'static Shapes {
 
 /// Whether [`complete`] has anything to do for `op`'s answer: errors of fields that ran, or
 /// several root fields to put in order. Not for a request refused as a whole: nothing ran.
-pub fn needed(op: &OperationDefinition, response: &Response) -> bool {
+pub(super) fn needed(op: &OperationDefinition, response: &Response) -> bool {
     !refused_as_a_whole(response) && (!response.errors.is_empty() || op.selection_set.node.items.len() > 1)
 }
 
 /// Completes `response.data` for `op` of `doc` (see the module's text), when [`needed`].
-pub fn complete(response: &mut Response, doc: &ExecutableDocument, op: &OperationDefinition) {
+pub(super) fn complete(response: &mut Response, doc: &ExecutableDocument, op: &OperationDefinition) {
     if !needed(op, response) {
         return;
     }
@@ -197,7 +197,7 @@ mod tests {
 
     fn completed(query: &str, data: serde_json::Value) -> serde_json::Value {
         let doc = parse_query(query).unwrap();
-        let op = super::super::chosen_operation(&doc, None).unwrap();
+        let op = crate::graphql::chosen_operation(&doc, None).unwrap();
         let mut response = Response::new(Value::from_json(data).unwrap());
         let mut error = ServerError::new("failed", None);
         error.extensions = Some(Default::default());

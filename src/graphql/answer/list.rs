@@ -1,7 +1,7 @@
 //! `availableSlots` answered without the executor, for the slot-list documents widgets send
-//! over and over; the list-side twin of [`super::direct`].
+//! over and over; the list-side twin of [`super::book`].
 //!
-//! A kept answer ([`crate::guard::AnswerCache`]) serves most slot lists, but each doctor-day's
+//! A kept answer (`super::kept`) serves most slot lists, but each doctor-day's
 //! first read after a change (or after the answer's life) ran the whole executor: callgrind
 //! counted about 300 k instructions for such a read against 26 k for a kept one, mostly
 //! validation, field resolution through futures and the value tree's serialisation. A
@@ -21,12 +21,12 @@ use async_graphql::{
 use async_graphql_value::Value as DocumentValue;
 use chrono::NaiveDate;
 
-use super::{
-    context::AnswerStamps,
-    direct::{leaves, only_root_field, response_key},
-    scalars::Date,
+use super::book::{leaves, only_root_field, response_key};
+use crate::{
+    booking::BookingService,
+    db::entity::time_slot,
+    graphql::{context::AnswerStamps, scalars::Date},
 };
-use crate::{booking::BookingService, db::entity::time_slot};
 
 /// An `availableSlots` operation compiled for the direct path.
 #[derive(Debug)]
@@ -97,17 +97,17 @@ impl ListPlan {
 
     /// The doctor and day these variables ask for, when both are plain strings the scalars
     /// accept; `None` sends the request to the executor, which coerces or refuses.
-    pub fn bind<'a>(&'a self, variables: &'a Variables) -> Option<(&'a str, NaiveDate)> {
-        let value = |source: &'a Source| -> Option<&'a str> {
+    pub fn bind(&self, variables: &Variables) -> Option<(String, NaiveDate)> {
+        let value = |source: &Source| -> Option<String> {
             match source {
-                Source::Literal(s) => Some(s),
+                Source::Literal(s) => Some(s.clone()),
                 Source::Variable(name) => match variables.get(name) {
-                    Some(Value::String(s)) => Some(s),
+                    Some(Value::String(s)) => Some(s.clone()),
                     _ => None,
                 },
             }
         };
-        Some((value(&self.doctor_id)?, Date::read(value(&self.date)?)?.0))
+        Some((value(&self.doctor_id)?, Date::read(&value(&self.date)?)?.0))
     }
 
     /// Reads the list and answers as the executor would, noting its stamp in `stamps`; `None`

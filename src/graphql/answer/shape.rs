@@ -9,7 +9,7 @@
 //!
 //! So a request's *shape* is its query text, operation name and, per declared variable, the
 //! kind of its value (or the number itself); the shapes that passed are kept with the parsed
-//! document (`query_cache`), which stands for the text. Once a shape passed the full
+//! document (`documents`), which stands for the text. Once a shape passed the full
 //! validation, later requests of that shape run on a schema in async-graphql's fast validation
 //! mode, which still enforces the depth and complexity limits. A `Date` variable (every slot
 //! list has one) counts as a kind of its own when the scalar itself accepts the string, and

@@ -1,0 +1,217 @@
+//! Rendered answers of slot-list queries, in process: the JSON text of an `availableSlots`
+//! answer, served again for the same request body without validating, executing or
+//! serialising anything.
+//!
+//! A slot list of 40 slots is a few microseconds of data but about a hundred of GraphQL work
+//! (validation, 120 field resolutions, serialisation), which made it the most expensive read
+//! of an opening morning. This cache sits in front of all of that, and in front of the shared
+//! slot-list rows (`guard::SlotCache`), which every instance shares.
+//!
+//! **When an answer stops being served.** Each answer depends on one or more doctors' slots;
+//! the reads it is made of took a [`Stamp`] of each doctor's generation first
+//! ([`crate::guard::Generations`], which hears of every change as a `ChangeObserver`). An
+//! answer is served only while all its stamps are current, and not stored when a change came
+//! while it was being made. So an answer is exact while the change notices are, and its life
+//! (`ANSWER_CACHE_TTL_MS`, 30 s) only bounds what nothing reports: a change written to the
+//! database by hand, say. It also ends when its earliest slot starts, and an answer made of rows
+//! from the shared slot-list cache ends with those rows' TTL (`SLOT_CACHE_TTL_MS`): a commit's
+//! delete of them in Redis can be lost. The booking decision never reads either.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::{Duration, Instant},
+};
+
+use async_graphql::parser::types::{OperationDefinition, OperationType, Selection};
+use axum::body::Bytes;
+
+use crate::guard::{Generations, Stamp};
+
+/// Total bytes of answers kept; past it, stale ones are swept and, if that is not enough,
+/// arbitrary ones until a quarter is free (a flood of distinct requests costs memory up to
+/// here, no more). An opening morning's 28,000 doctor-days of 40 slots take about 80 MB.
+const MAX_BYTES: usize = 128 * 1024 * 1024;
+/// Largest answer kept.
+const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
+/// The root field whose answers depend only on one doctor's slots (the doctor's own fields
+/// never change, and `Slot.doctor` is always that doctor).
+const SLOT_LIST_FIELD: &str = "availableSlots";
+
+/// Whether the answer to `op` may be kept: a query whose root fields are all `availableSlots`
+/// (or `__typename`), with no directives at the root, so that it is made only of slot lists.
+pub fn made_of_slot_lists(op: &OperationDefinition) -> bool {
+    let roots = &op.selection_set.node.items;
+    op.ty == OperationType::Query
+        && op.directives.is_empty()
+        && roots.iter().any(|s| matches!(&s.node, Selection::Field(f) if f.node.name.node == SLOT_LIST_FIELD))
+        && roots.iter().all(|s| match &s.node {
+            Selection::Field(f) => {
+                f.node.directives.is_empty() && [SLOT_LIST_FIELD, "__typename"].contains(&f.node.name.node.as_str())
+            }
+            Selection::FragmentSpread(_) | Selection::InlineFragment(_) => false,
+        })
+}
+
+/// One kept answer.
+struct Entry {
+    body: Bytes,
+    operation: String,
+    stamps: Vec<Stamp>,
+    /// The end of its life, whatever happens.
+    until: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    answers: HashMap<Bytes, Entry>,
+    bytes: usize,
+}
+
+/// The kept answers of an instance.
+pub(super) struct KeptAnswers {
+    /// How long an answer lives at most; zero: off.
+    ttl: Duration,
+    generations: Arc<Generations>,
+    inner: Mutex<Inner>,
+}
+
+impl KeptAnswers {
+    /// Answers kept for `ttl` at most (zero: nothing is kept), current while `generations` say so.
+    pub(super) fn new(ttl: Duration, generations: Arc<Generations>) -> Self {
+        Self { ttl, generations, inner: Mutex::default() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every operation leaves the map consistent; a panicking holder cannot break it.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn current(&self, entry: &Entry, now: Instant) -> bool {
+        now < entry.until && self.generations.all_current(&entry.stamps, now)
+    }
+
+    /// The answer kept for this request body, with its operation name, if still current.
+    pub(super) fn get(&self, request: &[u8]) -> Option<(Bytes, String)> {
+        if self.ttl.is_zero() {
+            return None;
+        }
+        let inner = self.lock();
+        let entry = inner.answers.get(request)?;
+        self.current(entry, Instant::now()).then(|| (entry.body.clone(), entry.operation.clone()))
+    }
+
+    /// Keeps `body` as the answer to `request`, made of the reads `stamps` were taken for; not
+    /// kept when any of them changed meanwhile (the reads may predate the change).
+    pub(super) fn put(&self, request: Bytes, stamps: Vec<Stamp>, body: Bytes, operation: &str) {
+        if self.ttl.is_zero() || stamps.is_empty() || body.len() > MAX_ANSWER_BYTES {
+            return;
+        }
+        let now = Instant::now();
+        let until = stamps.iter().filter_map(Stamp::until).fold(now + self.ttl, Instant::min);
+        let entry = Entry { body, operation: operation.to_owned(), stamps, until };
+        if !self.current(&entry, now) {
+            return;
+        }
+        let size = request.len() + entry.body.len();
+        let mut inner = self.lock();
+        if inner.bytes + size > MAX_BYTES {
+            let Inner { answers, .. } = &mut *inner;
+            answers.retain(|_, e| self.current(e, now));
+            let mut bytes: usize = answers.iter().map(|(k, e)| k.len() + e.body.len()).sum();
+            // The map's order is arbitrary: this drops a random sample, not the hottest answers.
+            answers.retain(|k, e| {
+                let keep = bytes + size <= MAX_BYTES / 4 * 3;
+                if !keep {
+                    bytes -= k.len() + e.body.len();
+                }
+                keep
+            });
+            inner.bytes = bytes;
+        }
+        inner.bytes += size;
+        let key_len = request.len();
+        if let Some(old) = inner.answers.insert(request, entry) {
+            inner.bytes -= key_len + old.body.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_graphql::parser::parse_query;
+    use chrono::Utc;
+
+    use super::*;
+
+    fn kept() -> (Arc<Generations>, KeptAnswers) {
+        let generations = Arc::new(Generations::new());
+        (Arc::clone(&generations), KeptAnswers::new(Duration::from_secs(60), generations))
+    }
+
+    fn put(kept: &KeptAnswers, request: &'static str, stamps: Vec<Stamp>) {
+        kept.put(Bytes::from_static(request.as_bytes()), stamps, Bytes::from_static(b"{}"), "op");
+    }
+
+    #[test]
+    fn an_answer_is_served_until_its_doctor_changes() {
+        let (generations, kept) = kept();
+        put(&kept, "q", vec![generations.stamp(7)]);
+        assert_eq!(kept.get(b"q").map(|(b, op)| (b.len(), op)), Some((2, "op".to_owned())));
+        assert!(kept.get(b"other").is_none());
+        generations.changed(8);
+        assert!(kept.get(b"q").is_some(), "another doctor's change keeps it");
+        generations.changed(7);
+        assert!(kept.get(b"q").is_none());
+    }
+
+    #[test]
+    fn reads_made_before_a_change_are_not_kept() {
+        let (generations, kept) = kept();
+        let stamp = generations.stamp(7);
+        generations.changed(7);
+        put(&kept, "q", vec![stamp]);
+        assert!(kept.get(b"q").is_none());
+        put(&kept, "q", vec![]);
+        assert!(kept.get(b"q").is_none(), "an answer with no stamp depends on unknown data");
+    }
+
+    #[test]
+    fn answers_end_with_their_first_slot_the_ttl_or_a_resync() {
+        let (generations, kept) = kept();
+        let mut started = generations.stamp(7);
+        started.expire_at(Utc::now());
+        put(&kept, "started", vec![started]);
+        assert!(kept.get(b"started").is_none());
+
+        put(&kept, "q", vec![generations.stamp(7)]);
+        generations.drop_all();
+        assert!(kept.get(b"q").is_none());
+        put(&kept, "q", vec![generations.stamp(7)]);
+        assert!(kept.get(b"q").is_some());
+
+        let off = KeptAnswers::new(Duration::ZERO, Arc::clone(&generations));
+        put(&off, "q", vec![generations.stamp(7)]);
+        assert!(off.get(b"q").is_none());
+    }
+
+    fn check(query: &str, name: Option<&str>) -> bool {
+        parse_query(query).is_ok_and(|doc| crate::graphql::chosen_operation(&doc, name).is_some_and(made_of_slot_lists))
+    }
+
+    #[test]
+    fn only_slot_list_queries_qualify() {
+        let list = "query L($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t){id doctor{name slots(date:$t){id}}}}";
+        assert!(check(list, None));
+        assert!(check(list, Some("L")));
+        assert!(!check(list, Some("M")));
+        assert!(check("{a:availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id} __typename}", None));
+        assert!(!check("{__typename}", None));
+        assert!(!check("{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id} myAppointments{id}}", None));
+        assert!(!check("{availableSlots(doctorId:\"1\",date:\"2030-01-01\") @include(if:true) {id}}", None));
+        assert!(!check("{...F} fragment F on Query {availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id}}", None));
+        assert!(!check("mutation{availableSlots{id}}", None));
+        assert!(!check("query A{availableSlots{id}} query B{availableSlots{id}}", None));
+    }
+}
