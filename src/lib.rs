@@ -15,6 +15,8 @@
 //!   and the direct path that answers plain booking documents without the executor.
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
 //! - [`auth`] — bearer tokens and roles.
+//! - [`error`] — the errors the services share ([`error::ServiceError`], [`error::Refusal`]),
+//!   right above [`db`], whose failures they carry.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
 //! - [`events`] — committed slot changes on their way to live subscribers, and the hook
 //!   through which appointment events become durable follow-up work.
@@ -28,16 +30,18 @@
 //!
 //! # Error policy
 //!
-//! Each layer has one error type: [`db::StoreError`] (always internal),
-//! [`booking::ServiceError`] (ends a request) and [`booking::Refusal`] (an expected "no",
-//! reported as data). [`graphql::error`] maps them once: refusals to `userErrors`, service
-//! errors to top-level errors with a stable `extensions.code`; internal details are logged,
-//! never sent.
+//! Each layer has one error type: [`db::StoreError`] (always internal), and for the services
+//! (`booking`, `notify`, `webhooks`) [`error::ServiceError`] (ends a request) and
+//! [`error::Refusal`] (an expected "no", reported as data). [`graphql::error`] maps them once:
+//! refusals to `userErrors`, service errors to top-level errors with a stable
+//! `extensions.code`; internal details are logged, never sent. [`fhir::outcome`] does the same
+//! for FHIR.
 
 pub mod auth;
 pub mod booking;
 pub mod config;
 pub mod db;
+pub mod error;
 pub mod events;
 pub mod fhir;
 pub mod graphql;

@@ -14,7 +14,7 @@ use super::{
     acting_for,
     changes::Changes,
     input::{booking_fingerprint, parse_duration, parse_id, parse_idempotency_key},
-    retrying, BookingService, Outcome, Refusal, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::Caller,
@@ -26,6 +26,7 @@ use crate::{
         slots::{self, Run},
         StoreError,
     },
+    error::{Outcome, Refusal, ServiceError},
     guard::{
         flights::{self, Flight},
         Entered,
@@ -231,7 +232,7 @@ impl BookingService {
             return Box::pin(self.take_in_db(p, entered)).await;
         }
         let refusal = refusal_for(std::slice::from_ref(&slot), now, conflicts);
-        if refusal.code == super::RefusalCode::SlotFull {
+        if refusal.code == crate::error::RefusalCode::SlotFull {
             metrics::counter!("known_full_rejects_total").increment(1);
         }
         Ok(Err(refusal))

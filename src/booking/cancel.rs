@@ -3,9 +3,7 @@
 
 use chrono::Utc;
 
-use super::{
-    cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService, Outcome, Refusal, ServiceError,
-};
+use super::{cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService};
 use crate::{
     auth::{Caller, Role},
     db::{
@@ -13,6 +11,7 @@ use crate::{
         entity::appointment,
         micros, StoreError,
     },
+    error::{Outcome, Refusal, ServiceError},
     model::AppointmentEvent,
 };
 

@@ -4,10 +4,11 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
+use super::{changes::Changes, input::parse_id, retrying, BookingService};
 use crate::{
     auth::{Caller, Role},
     db::{appointments, doctors, entity::appointment, micros, slots, waitlist, StoreError},
+    error::{Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
 

@@ -4,10 +4,11 @@
 
 use chrono::Utc;
 
-use super::{changes::Changes, retrying, BookingService, Outcome, Refusal, ServiceError};
+use super::{changes::Changes, retrying, BookingService};
 use crate::{
     auth::Caller,
     db::{appointments, entity::appointment, micros, waitlist, StoreError},
+    error::{Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 

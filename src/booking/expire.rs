@@ -12,9 +12,10 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::{sync::watch, task::JoinHandle};
 
-use super::{changes::Changes, retrying, BookingService, ServiceError};
+use super::{changes::Changes, retrying, BookingService};
 use crate::{
     db::{appointments, micros, StoreError},
+    error::ServiceError,
     model::AppointmentEvent,
 };
 

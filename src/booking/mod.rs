@@ -15,7 +15,6 @@ mod cancel;
 mod changes;
 mod close;
 mod confirm;
-pub mod error;
 mod expire;
 pub mod input;
 mod lookup;
@@ -29,7 +28,6 @@ pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
 pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
-pub use error::{Refusal, RefusalCode, ServiceError};
 pub use expire::ExpiryJob;
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
@@ -41,6 +39,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use crate::{
     auth::{Caller, Role},
     db::{self, Db, StoreError},
+    error::{Outcome, Refusal, ServiceError},
     guard::Guard,
     model::{CancelledBy, CommitSink},
 };
@@ -173,9 +172,6 @@ impl BookingService {
         self.guard.answers.changed(doctor_id);
     }
 }
-
-/// Answer of an operation that reports refusals as data.
-pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
 
 /// The patient a request by `caller` acts for, by the booking roles: a patient for itself
 /// (naming its own id is allowed, another's is `FORBIDDEN`); partners and admins must name one

@@ -5,7 +5,7 @@ use chrono::{NaiveDate, Utc};
 use super::{
     input::{parse_id, parse_local_time, parse_timezone},
     schedule::{plan_day, PlanError},
-    BookingService, ServiceError,
+    BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -14,6 +14,7 @@ use crate::{
         entity::{doctor, time_slot},
         outbox, slots, StoreError,
     },
+    error::ServiceError,
     model::day_bounds,
 };
 

@@ -4,7 +4,7 @@ use chrono::{NaiveDate, Utc};
 
 use super::{
     input::{parse_duration, parse_id},
-    BookingService, ServiceError,
+    BookingService,
 };
 use crate::{
     auth::{AppointmentAccess, Caller, Principal, Role},
@@ -14,6 +14,7 @@ use crate::{
         entity::{doctor, time_slot},
         slots, StoreError,
     },
+    error::ServiceError,
     guard::Stamp,
     model::{self, day_bounds, DayRange},
 };

@@ -13,7 +13,7 @@ use super::{
     cancelled_by,
     changes::Changes,
     input::{parse_id, parse_idempotency_key, reschedule_fingerprint},
-    retrying, BookingService, Outcome, Refusal, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -24,6 +24,7 @@ use crate::{
         slots::{self, Run},
         waitlist, StoreError,
     },
+    error::{Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, AppointmentStatus},
 };
 

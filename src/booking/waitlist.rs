@@ -23,7 +23,7 @@ use super::{
     acting_for,
     changes::Changes,
     input::{parse_id, parse_idempotency_key},
-    retrying, BookingService, Outcome, Refusal, RefusalCode, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -35,6 +35,7 @@ use crate::{
         waitlist::{self, Filter, JoinError, NewEntry},
         StoreError, WriteTransaction,
     },
+    error::{Outcome, Refusal, RefusalCode, ServiceError},
     model::{doctor_day, AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 

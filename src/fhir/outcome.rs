@@ -25,7 +25,7 @@ use axum::{
 };
 
 use super::resources::{CodeableConcept, Coding, OperationOutcome, OperationOutcomeIssue, Resource};
-use crate::booking::{Refusal, ServiceError};
+use crate::error::{Refusal, ServiceError};
 
 /// The system of the codes in `issue.details.coding` (our GraphQL codes).
 pub const CODE_SYSTEM: &str = "urn:clinic-booking:error-code";
@@ -178,7 +178,7 @@ impl IntoResponse for FhirError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::booking::RefusalCode;
+    use crate::error::RefusalCode;
 
     #[test]
     fn refusals_keep_their_code_and_get_the_contracts_status() {

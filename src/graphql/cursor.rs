@@ -1,7 +1,7 @@
 //! Opaque cursors of the connections (`doctors`, `webhookDeliveries`): a row id under a name of
 //! its connection, hex-encoded, so a cursor of one connection is refused by another.
 
-use crate::booking::ServiceError;
+use crate::error::ServiceError;
 
 /// The cursor of row `id` in the connection named `prefix`.
 pub(crate) fn encode(prefix: &str, id: i64) -> String {

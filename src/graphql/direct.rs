@@ -33,8 +33,9 @@ use super::{
 };
 use crate::{
     auth::Principal,
-    booking::{BookRequest, Booked, BookingService, Refusal, ServiceError},
+    booking::{BookRequest, Booked, BookingService},
     db::entity::appointment,
+    error::{Refusal, ServiceError},
     model,
 };
 

@@ -1,14 +1,14 @@
 //! The one place where errors become GraphQL errors.
 //!
 //! Policy: expected refusals of bookings and cancels are data (`userErrors`, see
-//! [`crate::booking::Refusal`]); everything else that ends a request is a top-level error
+//! [`crate::error::Refusal`]); everything else that ends a request is a top-level error
 //! with a stable `extensions.code`. Internal failures are logged here, with the request id
 //! of the surrounding span, and reach the client as `INTERNAL` with no detail; a database
 //! too busy to take the statement (see `StoreError::is_busy`) is `OVERLOADED`, retryable.
 
 use async_graphql::{Error, ErrorExtensionValues, ErrorExtensions, Response};
 
-use crate::booking::ServiceError;
+use crate::error::ServiceError;
 
 /// The stable codes of top-level errors.
 pub mod code {

@@ -35,8 +35,9 @@ use super::{
     AppSchema, QueryLimits,
 };
 use crate::{
-    booking::{read::parse_arg_id, ServiceError},
+    booking::read::parse_arg_id,
     db::Db,
+    error::ServiceError,
     events::{Live, SlotChange},
 };
 

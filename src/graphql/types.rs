@@ -12,8 +12,9 @@ use chrono::{DateTime, Utc};
 
 use super::{error::internal, loaders::Loaders, scalars::Date};
 use crate::{
-    booking::{read::doctor_day, Refusal, RefusalCode},
+    booking::read::doctor_day,
     db::entity::{appointment, doctor, time_slot},
+    error::{Refusal, RefusalCode},
     model,
 };
 

@@ -24,12 +24,13 @@ use chrono::Utc;
 
 use crate::{
     auth::{self, Caller, Role},
-    booking::{input::parse_id, Refusal, ServiceError},
+    booking::input::parse_id,
     db::{
         contacts::{self, ContactChange, FieldChange},
         entity::patient_contact,
         micros, Db,
     },
+    error::{Refusal, ServiceError},
 };
 
 /// Longest email address (RFC 5321's 256-octet path, less the angle brackets).

@@ -34,11 +34,12 @@ pub use sender::{SenderSettings, WebhookTasks};
 
 use crate::{
     auth::{Caller, Role},
-    booking::{input::parse_id, Outcome, Refusal, ServiceError},
+    booking::input::parse_id,
     db::{
         entity::{webhook_delivery, webhook_endpoint},
         micros, webhooks as store, Db,
     },
+    error::{Outcome, Refusal, ServiceError},
 };
 
 /// Most endpoints one partner (or admin) may have.

@@ -1,4 +1,13 @@
-//! The booking layer's two kinds of "no": refusals that are data, and errors that end a request.
+//! The two kinds of "no" of every layer that serves requests (`booking`, `notify`,
+//! `webhooks`), mapped once at each edge (`graphql::error`, `fhir::outcome`): refusals that
+//! are data, and errors that end a request.
+//!
+//! This module sits right above [`crate::db`] and below every layer that uses it. It is not
+//! part of [`crate::model`] (which depends on nothing) because [`ServiceError::Store`] carries
+//! the [`StoreError`] as it is: `?` converts a failed query into it, a retry can ask whether
+//! the database aborted a transaction ([`StoreError::is_transient`]), and the edge can answer
+//! a busy database `OVERLOADED` ([`StoreError::is_busy`]). An opaque variant below `db` would
+//! lose all three. It depends on `db` for that one type; `db` depends on nothing here.
 
 use crate::db::StoreError;
 
@@ -184,3 +193,6 @@ impl ServiceError {
         Self::InvalidInput { message: message.into(), field: field.iter().map(|s| (*s).to_owned()).collect() }
     }
 }
+
+/// Answer of an operation that reports refusals as data.
+pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
