@@ -15,8 +15,9 @@
 //!   and the direct path that answers plain booking documents without the executor.
 //! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
 //! - [`auth`] — bearer tokens and roles.
-//! - [`error`] — the errors the services share ([`error::ServiceError`], [`error::Refusal`]),
-//!   right above [`db`], whose failures they carry.
+//! - [`error`] — the errors the services share ([`error::ServiceError`], [`error::Refusal`])
+//!   and the value each is about, in the domain's words ([`error::Field`]); right above
+//!   [`db`], whose failures they carry.
 //! - [`db`] — connection pool, entities and every query (the only place with SQL).
 //! - [`events`] — committed slot changes on their way to live subscribers, and the hook
 //!   through which appointment events become durable follow-up work.
@@ -32,10 +33,11 @@
 //!
 //! Each layer has one error type: [`db::StoreError`] (always internal), and for the services
 //! (`booking`, `notify`, `webhooks`) [`error::ServiceError`] (ends a request) and
-//! [`error::Refusal`] (an expected "no", reported as data). [`graphql::error`] maps them once:
+//! [`error::Refusal`] (an expected "no", reported as data), both naming the value at fault as
+//! an [`error::Field`], never as a transport's path. [`graphql::error`] maps them once:
 //! refusals to `userErrors`, service errors to top-level errors with a stable
-//! `extensions.code`; internal details are logged, never sent. [`fhir::outcome`] does the same
-//! for FHIR.
+//! `extensions.code`, fields to their paths; internal details are logged, never sent.
+//! [`fhir::outcome`] does the same for FHIR.
 
 pub mod auth;
 pub mod booking;

@@ -26,7 +26,7 @@ use crate::{
         slots::{self, Run},
         StoreError,
     },
-    error::{Outcome, Refusal, ServiceError},
+    error::{Field, Outcome, Refusal, ServiceError},
     guard::{
         flights::{self, Flight},
         Entered,
@@ -221,7 +221,7 @@ impl BookingService {
         }
         let now = micros(Utc::now());
         let Some(slot) = slot else {
-            return Ok(Err(Refusal::slot_not_found(&["input", "slotId"])));
+            return Ok(Err(Refusal::slot_not_found(Field::SlotId.in_request())));
         };
         if slot.available() > 0 && slot.start_at > now {
             self.guard.known_full.mark_open(&slot).await;
@@ -278,7 +278,7 @@ impl BookingService {
                 Run::NoSlot => return Ok(self.replay(p).await?.unwrap_or_else(|| Err(not_found()))),
                 Run::NotCovered(_) => {
                     return Ok(Err(Refusal::invalid(
-                        &["input", "durationMinutes"],
+                        Field::DurationMinutes.in_request(),
                         "no run of consecutive slots starting at this slot covers exactly this duration",
                     )))
                 }
@@ -442,7 +442,7 @@ fn shared_of(outcome: &Outcome<Booked>) -> Option<Shared> {
 /// The answer to a key used before: a replay, or a refusal when the request differs.
 fn replay_of(p: &Parsed<'_>, existing: appointment::Model) -> Result<Booked, Refusal> {
     if existing.request_hash != p.fingerprint {
-        return Err(Refusal::key_reused(&["input", "idempotencyKey"]));
+        return Err(Refusal::key_reused(Field::IdempotencyKey.in_request()));
     }
     Ok(Booked { appointment: existing, replayed: true })
 }
@@ -476,7 +476,7 @@ pub(super) fn refusal_for(run: &[time_slot::Model], now: DateTime<Utc>, conflict
 }
 
 fn not_found() -> Refusal {
-    Refusal::slot_not_found(&["input", "slotId"])
+    Refusal::slot_not_found(Field::SlotId.in_request())
 }
 
 /// Checks the role rules and parses the values, in the order a caller fixes them.
@@ -491,15 +491,15 @@ fn parse<'a>(
     };
     let slot_id = match parse_id("slotId", &req.slot_id) {
         Ok(id) => id,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "slotId"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::SlotId.in_request(), msg))),
     };
     let key = match parse_idempotency_key(&req.idempotency_key) {
         Ok(k) => k,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "idempotencyKey"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::IdempotencyKey.in_request(), msg))),
     };
     let minutes = match req.duration_minutes.map(parse_duration).transpose() {
         Ok(m) => m,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "durationMinutes"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::DurationMinutes.in_request(), msg))),
     };
     Ok(Ok(Parsed {
         op,

@@ -11,7 +11,7 @@ use crate::{
         entity::appointment,
         micros, StoreError,
     },
-    error::{Outcome, Refusal, ServiceError},
+    error::{Fault, Field, Outcome, Refusal, ServiceError},
     model::AppointmentEvent,
 };
 
@@ -36,7 +36,7 @@ impl BookingService {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));
         }
-        let record = match self.changeable(caller, raw_id, &["id"]).await? {
+        let record = match self.changeable(caller, raw_id, Field::Id.as_param()).await? {
             Ok(r) => r,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -75,7 +75,7 @@ impl BookingService {
         &self,
         caller: &Caller,
         raw_id: &str,
-        field: &[&str],
+        field: Fault,
     ) -> Result<Result<AppointmentRecord, Refusal>, ServiceError> {
         let id = match parse_id("id", raw_id) {
             Ok(id) => id,

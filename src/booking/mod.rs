@@ -39,7 +39,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use crate::{
     auth::{Caller, Role},
     db::{self, Db, StoreError},
-    error::{Outcome, Refusal, ServiceError},
+    error::{Field, Outcome, Refusal, ServiceError},
     guard::Guard,
     model::{CancelledBy, CommitSink},
 };
@@ -175,10 +175,10 @@ impl BookingService {
 
 /// The patient a request by `caller` acts for, by the booking roles: a patient for itself
 /// (naming its own id is allowed, another's is `FORBIDDEN`); partners and admins must name one
-/// (`input.patientId`; `INVALID_INPUT` otherwise); doctors may not (`FORBIDDEN`). `what`
-/// completes "doctors cannot …".
+/// (the request's [`Field::PatientId`]; `INVALID_INPUT` otherwise); doctors may not
+/// (`FORBIDDEN`). `what` completes "doctors cannot …".
 pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Result<Result<i64, Refusal>, ServiceError> {
-    let field = ["input", "patientId"];
+    let field = Field::PatientId.in_request();
     match caller.role {
         Role::Doctor => Err(ServiceError::Forbidden(format!("doctors cannot {what}"))),
         Role::Patient => {
@@ -187,12 +187,12 @@ pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Resu
                 None => Ok(Ok(own)),
                 Some(Ok(id)) if id == own => Ok(Ok(own)),
                 Some(Ok(_)) => Err(ServiceError::Forbidden("patients act for themselves only".into())),
-                Some(Err(msg)) => Ok(Err(Refusal::invalid(&field, msg))),
+                Some(Err(msg)) => Ok(Err(Refusal::invalid(field, msg))),
             }
         }
         Role::Partner | Role::Admin => match raw {
-            None => Ok(Err(Refusal::invalid(&field, "patientId is required when acting on a patient's behalf"))),
-            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(&field, msg))),
+            None => Ok(Err(Refusal::invalid(field, "patientId is required when acting on a patient's behalf"))),
+            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(field, msg))),
         },
     }
 }

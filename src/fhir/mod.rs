@@ -355,11 +355,8 @@ async fn book(State(state): Shared, headers: HeaderMap, body: Body) -> Result<Re
             take_seat(&state, &headers, &caller, slot_id, patient_id, book_call).await
         }
         SeatTarget::Appointment { appointment_id } => {
-            let confirmed = state
-                .service
-                .confirm(&caller, &appointment_id)
-                .await?
-                .map_err(|r| refusal(r, Some(("id", "appointment"))))?;
+            let confirmed =
+                state.service.confirm(&caller, &appointment_id).await?.map_err(|r| refusal(r, Some("appointment")))?;
             answer_appointment(&state, &headers, &confirmed.appointment, StatusCode::OK).await
         }
     }
@@ -425,21 +422,15 @@ async fn take_seat(
     answer_appointment(state, headers, &booked.appointment, status).await
 }
 
-/// A refusal as an `OperationOutcome`, its GraphQL field named as the FHIR request names it.
-fn refusal(r: crate::error::Refusal, id_means: Option<(&str, &str)>) -> FhirError {
-    let field = r.field.as_ref().and_then(|f| f.last()).cloned();
+/// A refusal as an `OperationOutcome`, the value at fault named as the FHIR request names it
+/// (`subject`: what the operation's own id stands for, see [`outcome::expression`]).
+fn refusal(r: crate::error::Refusal, subject: Option<&'static str>) -> FhirError {
+    let field = r.field;
     let e = FhirError::from(r);
-    let at = match field.as_deref() {
-        Some("slotId") => "slot",
-        Some("patientId") => "patient",
-        Some("idempotencyKey") => "Idempotency-Key",
-        Some(f) => match id_means {
-            Some((from, to)) if f == from => to,
-            _ => return e.at(f.to_owned()),
-        },
-        None => return e,
-    };
-    e.at(at)
+    match field {
+        Some(f) => e.at(outcome::expression(f.field, subject)),
+        None => e,
+    }
 }
 
 /// The appointment as the answer of an operation, with `Location` naming it.
@@ -655,13 +646,19 @@ mod tests {
 
     #[test]
     fn refusals_name_the_fhir_parameter() {
-        use crate::error::{Refusal, RefusalCode};
-        let r = Refusal::invalid(&["input", "slotId"], "bad");
+        use crate::error::{Field, Refusal, RefusalCode};
+        let r = Refusal::invalid(Field::SlotId.in_request(), "bad");
         assert_eq!(refusal(r, None).expression.as_deref(), Some("slot"));
-        let r = Refusal::invalid(&["input", "idempotencyKey"], "bad");
+        let r = Refusal::invalid(Field::IdempotencyKey.in_request(), "bad");
         assert_eq!(refusal(r, None).expression.as_deref(), Some("Idempotency-Key"));
-        let r = Refusal::invalid(&["id"], "bad");
-        assert_eq!(refusal(r, Some(("id", "appointment"))).expression.as_deref(), Some("appointment"));
+        let r = Refusal::invalid(Field::PatientId.in_request(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("patient"));
+        let r = Refusal::invalid(Field::DurationMinutes.in_request(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("durationMinutes"));
+        let r = Refusal::invalid(Field::Id.as_param(), "bad");
+        assert_eq!(refusal(r, Some("appointment")).expression.as_deref(), Some("appointment"));
+        let r = Refusal::invalid(Field::Id.as_param(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("id"));
         let full = refusal(Refusal::new(RefusalCode::SlotFull, "full"), None);
         assert_eq!((full.code, full.expression), ("SLOT_FULL", None));
     }

@@ -241,10 +241,9 @@ fn user_error_value(fields: &[(Name, UserErrorField)], r: &Refusal) -> Value {
             UserErrorField::Typename => Value::String("UserError".into()),
             UserErrorField::Code => UserErrorCode::from(r.code).to_value(),
             UserErrorField::Message => Value::String(r.message.clone()),
-            UserErrorField::Field => r
-                .field
-                .as_ref()
-                .map_or(Value::Null, |path| Value::List(path.iter().map(|p| Value::String(p.clone())).collect())),
+            UserErrorField::Field => r.field.map_or(Value::Null, |f| {
+                Value::List(super::error::field_path(f).map(|p| Value::String(p.to_owned())).collect())
+            }),
         };
         out.insert(key.clone(), value);
     }

@@ -10,6 +10,7 @@ mod browser;
 mod burst;
 mod direct;
 mod fhir;
+mod fields;
 mod helpers;
 mod http;
 mod lifecycle;
