@@ -13,12 +13,14 @@
 //!   Scheduling Links feed (kept rendered, refreshed by committed changes).
 //! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders,
 //!   and the direct path that answers plain booking documents without the executor.
-//! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
+//! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules; it knows
+//!   neither the transports above it nor which database runs below it.
 //! - [`auth`] — bearer tokens and roles.
 //! - [`error`] — the errors the services share ([`error::ServiceError`], [`error::Refusal`])
 //!   and the value each is about, in the domain's words ([`error::Field`]); right above
 //!   [`db`], whose failures they carry.
-//! - [`db`] — connection pool, entities and every query (the only place with SQL).
+//! - [`db`] — connection pool, entities and every query (the only place with SQL), each call
+//!   doing the right thing on PostgreSQL and on SQLite (e.g. [`db::seats::take`]).
 //! - [`events`] — committed slot changes on their way to live subscribers, and the hook
 //!   through which appointment events become durable follow-up work.
 //! - [`notify`] — patients' contact details, and the emails and SMS each appointment event

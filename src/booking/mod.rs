@@ -17,7 +17,6 @@ mod close;
 mod confirm;
 mod expire;
 pub mod input;
-mod lookup;
 mod publish;
 pub mod read;
 mod reschedule;
@@ -60,10 +59,9 @@ pub struct BookingService {
     db: Db,
     sink: Arc<dyn CommitSink>,
     guard: Arc<Guard>,
-    /// Coalesces the reads of attempts on known-full slots (PostgreSQL; started on first use).
-    lookups: Arc<std::sync::OnceLock<lookup::LookupBatcher>>,
-    /// Coalesces the slot lists the cache did not have (PostgreSQL; started on first use).
-    lists: Arc<std::sync::OnceLock<lookup::ListBatcher>>,
+    /// The reads of attempts on known-full slots and of the slot lists the cache did not
+    /// have (coalesced where the database allows).
+    reads: db::CoalescedReads,
     /// How long a hold keeps its seat.
     hold_ttl: chrono::Duration,
     /// How long a waitlist offer keeps its seat.
@@ -77,11 +75,10 @@ impl BookingService {
     /// protection until [`BookingService::with_guard`]).
     pub fn new(db: Db, sink: Arc<dyn CommitSink>) -> Self {
         Self {
+            reads: db::CoalescedReads::new(db.clone()),
             db,
             sink,
             guard: Arc::new(Guard::disabled()),
-            lookups: Arc::default(),
-            lists: Arc::default(),
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
             offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
             flights: Arc::default(),

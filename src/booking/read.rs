@@ -134,11 +134,7 @@ impl BookingService {
         };
         let (from, to) = day_bounds(tz, date);
         let range = DayRange { doctor_id: id, from, to };
-        let rows = if self.db.backend() == sea_orm::DbBackend::Postgres {
-            self.lists.get_or_init(|| super::lookup::list_batcher(self.db.clone())).ask(range).await?
-        } else {
-            slots::available(self.db.conn(), range, now).await?
-        };
+        let rows = self.reads.available(range, now).await?;
         self.guard.slots.put(id, date, &rows).await;
         Ok(SlotList::new(rows, stamp))
     }

@@ -21,6 +21,7 @@ mod replays;
 mod roles;
 mod schedules;
 mod schema;
+mod seats;
 mod servers;
 mod subscriptions;
 mod waitlist;
