@@ -14,9 +14,14 @@
 //! - [`graphql`] — schema, thin resolvers, output types separate from the entities, loaders,
 //!   and the answer pipeline ([`graphql::answer`]): the one way an operation is answered over
 //!   HTTP and WebSocket, with its fast paths as strategies chosen in one place.
-//! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules.
+//! - [`booking`] — the domain: schedules, booking, cancelling, visibility rules; it knows
+//!   neither the transports above it nor which database runs below it.
 //! - [`auth`] — bearer tokens and roles.
-//! - [`db`] — connection pool, entities and every query (the only place with SQL).
+//! - [`error`] — the errors the services share ([`error::ServiceError`], [`error::Refusal`])
+//!   and the value each is about, in the domain's words ([`error::Field`]); right above
+//!   [`db`], whose failures they carry.
+//! - [`db`] — connection pool, entities and every query (the only place with SQL), each call
+//!   doing the right thing on PostgreSQL and on SQLite (e.g. [`db::seats::take`]).
 //! - [`events`] — committed slot changes on their way to live subscribers, and the hook
 //!   through which appointment events become durable follow-up work.
 //! - [`notify`] — patients' contact details, and the emails and SMS each appointment event
@@ -29,16 +34,19 @@
 //!
 //! # Error policy
 //!
-//! Each layer has one error type: [`db::StoreError`] (always internal),
-//! [`booking::ServiceError`] (ends a request) and [`booking::Refusal`] (an expected "no",
-//! reported as data). [`graphql::error`] maps them once: refusals to `userErrors`, service
-//! errors to top-level errors with a stable `extensions.code`; internal details are logged,
-//! never sent.
+//! Each layer has one error type: [`db::StoreError`] (always internal), and for the services
+//! (`booking`, `notify`, `webhooks`) [`error::ServiceError`] (ends a request) and
+//! [`error::Refusal`] (an expected "no", reported as data), both naming the value at fault as
+//! an [`error::Field`], never as a transport's path. [`graphql::error`] maps them once:
+//! refusals to `userErrors`, service errors to top-level errors with a stable
+//! `extensions.code`, fields to their paths; internal details are logged, never sent.
+//! [`fhir::outcome`] does the same for FHIR.
 
 pub mod auth;
 pub mod booking;
 pub mod config;
 pub mod db;
+pub mod error;
 pub mod events;
 pub mod fhir;
 pub mod graphql;

@@ -8,29 +8,28 @@
 //! other).
 
 use chrono::{DateTime, Utc};
-use sea_orm::DbBackend;
 
 use super::{
     acting_for,
     changes::Changes,
     input::{booking_fingerprint, parse_duration, parse_id, parse_idempotency_key},
-    retrying, BookingService, Outcome, Refusal, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::Caller,
     db::{
-        appointments::{self, Conflicts, InsertError, KeyOrSeat, NewAppointment},
-        book_pg,
+        appointments::{self, Conflicts, InsertError, NewAppointment},
         entity::{appointment, time_slot},
-        micros,
+        micros, seats,
         slots::{self, Run},
         StoreError,
     },
+    error::{Field, Outcome, Refusal, ServiceError},
     guard::{
         flights::{self, Flight},
         Entered,
     },
-    model::{AppointmentEvent, AppointmentStatus},
+    model::AppointmentStatus,
 };
 
 /// A booking or hold request as the caller sent it (values not yet parsed).
@@ -67,13 +66,6 @@ impl Operation {
         match self {
             Self::Book => AppointmentStatus::Booked,
             Self::Hold => AppointmentStatus::Held,
-        }
-    }
-
-    fn event(self) -> AppointmentEvent {
-        match self {
-            Self::Book => AppointmentEvent::Booked,
-            Self::Hold => AppointmentEvent::Held,
         }
     }
 
@@ -202,25 +194,23 @@ impl BookingService {
     }
 
     /// A slot seen full: no transaction and no lock, but one read (coalesced with concurrent
-    /// ones on PostgreSQL) of what still outranks `SLOT_FULL` (a replay of the caller's key, the
-    /// patient's own appointments) and of the slot itself. The mark is only a hint: a slot that
-    /// has a seat after all (a release whose clearing of the mark was lost while Redis was
-    /// away) is booked through the database as usual, so the mark can never refuse a free seat.
+    /// ones where the store can) of what still outranks `SLOT_FULL` (a replay of the caller's
+    /// key, the patient's own appointments) and of the slot itself. The mark is only a hint: a
+    /// slot that has a seat after all (a release whose clearing of the mark was lost while Redis
+    /// was away) is booked through the database as usual, so the mark can never refuse a free
+    /// seat.
     async fn answer_known_full(&self, p: &Parsed<'_>) -> Outcome<Booked> {
-        // On PostgreSQL the read is not held behind the bulkhead: it shares the batcher's one
+        // A coalesced read is not held behind the bulkhead: it shares its batcher's one
         // connection, so it cannot take the pool, and the more of them one statement answers,
-        // the less each costs the database. Elsewhere it reads through the pool.
-        let entered = match self.db.backend() {
-            DbBackend::Postgres => None,
-            _ => Some(self.enter_bulkhead().await?),
-        };
+        // the less each costs the database. A read through the pool waits for its place.
+        let entered = if self.reads.take_pool_connections() { Some(self.enter_bulkhead().await?) } else { None };
         let (by_key, conflicts, slot) = self.key_seat_slot(p).await?;
         if let Some(existing) = by_key {
             return Ok(replay_of(p, existing));
         }
         let now = micros(Utc::now());
         let Some(slot) = slot else {
-            return Ok(Err(Refusal::slot_not_found(&["input", "slotId"])));
+            return Ok(Err(Refusal::slot_not_found(Field::SlotId.in_request())));
         };
         if slot.available() > 0 && slot.start_at > now {
             self.guard.known_full.mark_open(&slot).await;
@@ -231,7 +221,7 @@ impl BookingService {
             return Box::pin(self.take_in_db(p, entered)).await;
         }
         let refusal = refusal_for(std::slice::from_ref(&slot), now, conflicts);
-        if refusal.code == super::RefusalCode::SlotFull {
+        if refusal.code == crate::error::RefusalCode::SlotFull {
             metrics::counter!("known_full_rejects_total").increment(1);
         }
         Ok(Err(refusal))
@@ -239,34 +229,19 @@ impl BookingService {
 
     /// The caller's appointment with the key, how the patient's appointments stand against the
     /// slot, and the slot as it is now: one read without locks, coalesced with concurrent ones
-    /// on PostgreSQL.
+    /// where the store can.
     async fn key_seat_slot(
         &self,
         p: &Parsed<'_>,
     ) -> Result<(Option<appointment::Model>, Conflicts, Option<time_slot::Model>), ServiceError> {
-        if self.db.backend() == DbBackend::Postgres {
-            let batcher = self.lookups.get_or_init(|| super::lookup::lookup_batcher(self.db.clone()));
-            let lookup = KeyOrSeat {
-                booked_by: p.scope.clone(),
-                key: p.key.to_owned(),
-                slot_id: p.slot_id,
-                patient_id: p.patient_id,
-            };
-            let found = batcher.ask(lookup).await?;
-            return Ok((found.by_key, found.conflicts, found.slot));
-        }
-        let Some(slot) = slots::find(self.db.conn(), p.slot_id).await? else {
-            let by_key = appointments::find_by_key(self.db.conn(), &p.scope, p.key).await?;
-            return Ok((by_key, Conflicts::default(), None));
-        };
-        let (by_key, conflicts) =
-            appointments::key_or_seat(self.db.conn(), &p.scope, p.key, &slot, p.patient_id).await?;
-        Ok((by_key, conflicts, Some(slot)))
+        let found = self.reads.key_or_seat(&p.scope, p.key, p.slot_id, p.patient_id).await?;
+        Ok((found.by_key, found.conflicts, found.slot))
     }
 
-    /// Takes the seats. There is no lookup of the key first: a retry of a success meets the
-    /// unique constraint on (caller, key) and is answered from the row that holds it, which
-    /// keeps the common path short.
+    /// Takes the seats ([`seats::take`]: one statement or a transaction, as the database allows).
+    /// There is no lookup of the key first: a retry of a success meets the unique constraint on
+    /// (caller, key) and is answered from the row that holds it, which keeps the common path
+    /// short.
     ///
     /// Callers box its future: it holds the general transaction's states, kilobytes, and held
     /// inline it would be copied with every refused request's future too, which never runs it.
@@ -277,7 +252,7 @@ impl BookingService {
                 Run::NoSlot => return Ok(self.replay(p).await?.unwrap_or_else(|| Err(not_found()))),
                 Run::NotCovered(_) => {
                     return Ok(Err(Refusal::invalid(
-                        &["input", "durationMinutes"],
+                        Field::DurationMinutes.in_request(),
                         "no run of consecutive slots starting at this slot covers exactly this duration",
                     )))
                 }
@@ -299,18 +274,15 @@ impl BookingService {
             first_booked_by: None,
         };
         let one = [p.slot_id];
-        let taken = match &run {
-            // One slot on PostgreSQL: the update and both inserts are one statement (one round
-            // trip, see `db::book_pg`).
-            None if self.db.backend() == DbBackend::Postgres => {
-                retrying(|| book_pg::book(&self.db, p.slot_id, &new)).await.map(|done| done.map(|(s, a)| (vec![s], a)))
-            }
-            None => retrying(|| self.take_in_transaction(p.op, &one, &new, now)).await,
+        let ids: Vec<i64>;
+        let slot_ids: &[i64] = match &run {
+            None => &one,
             Some(run) => {
-                let ids: Vec<i64> = run.iter().map(|s| s.id).collect();
-                retrying(|| self.take_in_transaction(p.op, &ids, &new, now)).await
+                ids = run.iter().map(|s| s.id).collect();
+                &ids
             }
         };
+        let taken = retrying(|| seats::take(&self.db, slot_ids, &new)).await;
         let run_ids = || run.as_ref().map_or_else(|| vec![p.slot_id], |r| r.iter().map(|s| s.id).collect());
         let (taken, appointment) = match taken {
             Ok(Some(done)) => done,
@@ -351,38 +323,6 @@ impl BookingService {
         changes.taken(&taken);
         self.committed(&changes).await;
         Ok(Ok(Booked { appointment, replayed: false }))
-    }
-
-    /// Takes a seat in each of `slot_ids` and inserts the appointment, in one transaction, all
-    /// or nothing. `None` when a slot had no seat; on a refused insert the rollback gives the
-    /// seats back.
-    async fn take_in_transaction(
-        &self,
-        op: Operation,
-        slot_ids: &[i64],
-        new: &NewAppointment<'_>,
-        now: DateTime<Utc>,
-    ) -> Result<Option<(Vec<time_slot::Model>, appointment::Model)>, InsertError> {
-        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
-        appointments::lock_patient(&tx, new.patient_id).await?;
-        let taken = slots::take_seats(&tx, slot_ids, now).await?;
-        if taken.len() != slot_ids.len() {
-            tx.rollback().await.map_err(StoreError::from)?;
-            return Ok(None);
-        }
-        let appointment = match appointments::insert(&tx, new, &taken).await {
-            Ok(a) => a,
-            Err(refused) => {
-                tx.rollback().await.map_err(StoreError::from)?;
-                return Err(refused);
-            }
-        };
-        let mut changes = Changes::default();
-        changes.taken(&taken);
-        changes.event(op.event(), &appointment, true);
-        changes.record(&tx, now).await?;
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(Some((taken, appointment)))
     }
 
     /// Why the conditional updates took no seat, read after the fact only to word the answer
@@ -441,7 +381,7 @@ fn shared_of(outcome: &Outcome<Booked>) -> Option<Shared> {
 /// The answer to a key used before: a replay, or a refusal when the request differs.
 fn replay_of(p: &Parsed<'_>, existing: appointment::Model) -> Result<Booked, Refusal> {
     if existing.request_hash != p.fingerprint {
-        return Err(Refusal::key_reused(&["input", "idempotencyKey"]));
+        return Err(Refusal::key_reused(Field::IdempotencyKey.in_request()));
     }
     Ok(Booked { appointment: existing, replayed: true })
 }
@@ -475,7 +415,7 @@ pub(super) fn refusal_for(run: &[time_slot::Model], now: DateTime<Utc>, conflict
 }
 
 fn not_found() -> Refusal {
-    Refusal::slot_not_found(&["input", "slotId"])
+    Refusal::slot_not_found(Field::SlotId.in_request())
 }
 
 /// Checks the role rules and parses the values, in the order a caller fixes them.
@@ -490,15 +430,15 @@ fn parse<'a>(
     };
     let slot_id = match parse_id("slotId", &req.slot_id) {
         Ok(id) => id,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "slotId"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::SlotId.in_request(), msg))),
     };
     let key = match parse_idempotency_key(&req.idempotency_key) {
         Ok(k) => k,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "idempotencyKey"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::IdempotencyKey.in_request(), msg))),
     };
     let minutes = match req.duration_minutes.map(parse_duration).transpose() {
         Ok(m) => m,
-        Err(msg) => return Ok(Err(Refusal::invalid(&["input", "durationMinutes"], msg))),
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::DurationMinutes.in_request(), msg))),
     };
     Ok(Ok(Parsed {
         op,

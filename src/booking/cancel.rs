@@ -3,9 +3,7 @@
 
 use chrono::Utc;
 
-use super::{
-    cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService, Outcome, Refusal, ServiceError,
-};
+use super::{cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService};
 use crate::{
     auth::{Caller, Role},
     db::{
@@ -13,6 +11,7 @@ use crate::{
         entity::appointment,
         micros, StoreError,
     },
+    error::{Fault, Field, Outcome, Refusal, ServiceError},
     model::AppointmentEvent,
 };
 
@@ -37,7 +36,7 @@ impl BookingService {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));
         }
-        let record = match self.changeable(caller, raw_id, &["id"]).await? {
+        let record = match self.changeable(caller, raw_id, Field::Id.as_param()).await? {
             Ok(r) => r,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -76,7 +75,7 @@ impl BookingService {
         &self,
         caller: &Caller,
         raw_id: &str,
-        field: &[&str],
+        field: Fault,
     ) -> Result<Result<AppointmentRecord, Refusal>, ServiceError> {
         let id = match parse_id("id", raw_id) {
             Ok(id) => id,

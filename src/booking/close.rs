@@ -4,10 +4,11 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{changes::Changes, input::parse_id, retrying, BookingService, Outcome, Refusal, ServiceError};
+use super::{changes::Changes, input::parse_id, retrying, BookingService};
 use crate::{
     auth::{Caller, Role},
     db::{appointments, doctors, entity::appointment, micros, slots, waitlist, StoreError},
+    error::{Field, Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
 
@@ -46,23 +47,23 @@ impl BookingService {
         }
         let doctor_id = match parse_id("doctorId", &req.doctor_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "doctorId"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
         };
         if !caller.manages_doctor(doctor_id) {
             return Err(ServiceError::Forbidden("only admins and the doctor may close these slots".into()));
         }
         if req.to <= req.from {
-            return Ok(Err(Refusal::invalid(&["input", "to"], "to must be after from")));
+            return Ok(Err(Refusal::invalid(Field::To.in_request(), "to must be after from")));
         }
         let reason = req.reason.as_deref().map(str::trim).filter(|r| !r.is_empty());
         if reason.is_some_and(|r| r.chars().count() > MAX_REASON) {
             return Ok(Err(Refusal::invalid(
-                &["input", "reason"],
+                Field::Reason.in_request(),
                 format!("reason is at most {MAX_REASON} characters"),
             )));
         }
         if doctors::find(self.db.conn(), doctor_id).await?.is_none() {
-            return Ok(Err(Refusal::invalid(&["input", "doctorId"], "no doctor with this id")));
+            return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), "no doctor with this id")));
         }
         let range = DayRange { doctor_id, from: micros(req.from), to: micros(req.to) };
         let done = retrying(|| async {

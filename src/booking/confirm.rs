@@ -4,10 +4,11 @@
 
 use chrono::Utc;
 
-use super::{changes::Changes, retrying, BookingService, Outcome, Refusal, ServiceError};
+use super::{changes::Changes, retrying, BookingService};
 use crate::{
     auth::Caller,
     db::{appointments, entity::appointment, micros, waitlist, StoreError},
+    error::{Field, Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 
@@ -32,7 +33,7 @@ impl BookingService {
         if caller.role == crate::auth::Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot confirm appointments".into()));
         }
-        let record = match self.changeable(caller, raw_id, &["id"]).await? {
+        let record = match self.changeable(caller, raw_id, Field::Id.as_param()).await? {
             Ok(r) => r,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -64,9 +65,9 @@ impl BookingService {
             appointments::find_record(self.db.conn(), id).await?.map_or(record.appointment, |r| r.appointment);
         Ok(match current.status() {
             AppointmentStatus::Booked => Ok(Confirmed { appointment: current, confirmed: false }),
-            AppointmentStatus::Cancelled => Err(Refusal::not_active(&["id"])),
+            AppointmentStatus::Cancelled => Err(Refusal::not_active(Field::Id.as_param())),
             // Held but past its expiry (whether or not the expiry job has run), or expired.
-            AppointmentStatus::Held | AppointmentStatus::Expired => Err(Refusal::hold_expired(&["id"])),
+            AppointmentStatus::Held | AppointmentStatus::Expired => Err(Refusal::hold_expired(Field::Id.as_param())),
         })
     }
 }

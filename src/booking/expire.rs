@@ -12,17 +12,19 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::{sync::watch, task::JoinHandle};
 
-use super::{changes::Changes, retrying, BookingService, ServiceError};
+use super::{changes::Changes, retrying, BookingService};
 use crate::{
     db::{appointments, micros, StoreError},
+    error::ServiceError,
     model::AppointmentEvent,
 };
 
 /// Holds expired by one transaction.
 const EXPIRY_BATCH: u64 = 1000;
-/// Batches one instance expires at once on PostgreSQL (`SKIP LOCKED` keeps them disjoint):
-/// one at a time released 100,000 holds due in the same second in 12 s on two cores, the
-/// database and the service each waiting for the other half the time. SQLite has one writer.
+/// Batches one instance expires at once where claims skip locked rows (which keeps them
+/// disjoint): one at a time released 100,000 holds due in the same second in 12 s on two cores,
+/// the database and the service each waiting for the other half the time. Elsewhere (one
+/// writer) one batch at a time.
 const EXPIRY_LANES: usize = 2;
 
 impl BookingService {
@@ -64,9 +66,9 @@ pub struct ExpiryJob;
 
 impl ExpiryJob {
     /// Runs [`BookingService::expire_due_holds`] every `interval` until `stop` says true, in
-    /// [`EXPIRY_LANES`] at once on PostgreSQL.
+    /// [`EXPIRY_LANES`] at once where claims skip locked rows ([`crate::db::Db::skips_locked_rows`]).
     pub fn start(service: BookingService, interval: Duration, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
-        let lanes = if service.db.backend() == sea_orm::DbBackend::Postgres { EXPIRY_LANES } else { 1 };
+        let lanes = if service.db.skips_locked_rows() { EXPIRY_LANES } else { 1 };
         tokio::spawn(async move {
             loop {
                 let rounds = (0..lanes).map(|_| service.expire_due_holds());

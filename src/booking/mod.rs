@@ -15,10 +15,8 @@ mod cancel;
 mod changes;
 mod close;
 mod confirm;
-pub mod error;
 mod expire;
 pub mod input;
-mod lookup;
 mod publish;
 pub mod read;
 mod reschedule;
@@ -29,7 +27,6 @@ pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
 pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
-pub use error::{Refusal, RefusalCode, ServiceError};
 pub use expire::ExpiryJob;
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
@@ -41,6 +38,7 @@ use std::{future::Future, sync::Arc, time::Duration};
 use crate::{
     auth::{Caller, Role},
     db::{self, Db, StoreError},
+    error::{Field, Outcome, Refusal, ServiceError},
     guard::Guard,
     model::{CancelledBy, CommitSink},
 };
@@ -61,10 +59,9 @@ pub struct BookingService {
     db: Db,
     sink: Arc<dyn CommitSink>,
     guard: Arc<Guard>,
-    /// Coalesces the reads of attempts on known-full slots (PostgreSQL; started on first use).
-    lookups: Arc<std::sync::OnceLock<lookup::LookupBatcher>>,
-    /// Coalesces the slot lists the cache did not have (PostgreSQL; started on first use).
-    lists: Arc<std::sync::OnceLock<lookup::ListBatcher>>,
+    /// The reads of attempts on known-full slots and of the slot lists the cache did not
+    /// have (coalesced where the database allows).
+    reads: db::CoalescedReads,
     /// How long a hold keeps its seat.
     hold_ttl: chrono::Duration,
     /// How long a waitlist offer keeps its seat.
@@ -78,11 +75,10 @@ impl BookingService {
     /// protection until [`BookingService::with_guard`]).
     pub fn new(db: Db, sink: Arc<dyn CommitSink>) -> Self {
         Self {
+            reads: db::CoalescedReads::new(db.clone()),
             db,
             sink,
             guard: Arc::new(Guard::disabled()),
-            lookups: Arc::default(),
-            lists: Arc::default(),
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
             offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
             flights: Arc::default(),
@@ -166,15 +162,12 @@ impl BookingService {
     }
 }
 
-/// Answer of an operation that reports refusals as data.
-pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
-
 /// The patient a request by `caller` acts for, by the booking roles: a patient for itself
 /// (naming its own id is allowed, another's is `FORBIDDEN`); partners and admins must name one
-/// (`input.patientId`; `INVALID_INPUT` otherwise); doctors may not (`FORBIDDEN`). `what`
-/// completes "doctors cannot …".
+/// (the request's [`Field::PatientId`]; `INVALID_INPUT` otherwise); doctors may not
+/// (`FORBIDDEN`). `what` completes "doctors cannot …".
 pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Result<Result<i64, Refusal>, ServiceError> {
-    let field = ["input", "patientId"];
+    let field = Field::PatientId.in_request();
     match caller.role {
         Role::Doctor => Err(ServiceError::Forbidden(format!("doctors cannot {what}"))),
         Role::Patient => {
@@ -183,12 +176,12 @@ pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Resu
                 None => Ok(Ok(own)),
                 Some(Ok(id)) if id == own => Ok(Ok(own)),
                 Some(Ok(_)) => Err(ServiceError::Forbidden("patients act for themselves only".into())),
-                Some(Err(msg)) => Ok(Err(Refusal::invalid(&field, msg))),
+                Some(Err(msg)) => Ok(Err(Refusal::invalid(field, msg))),
             }
         }
         Role::Partner | Role::Admin => match raw {
-            None => Ok(Err(Refusal::invalid(&field, "patientId is required when acting on a patient's behalf"))),
-            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(&field, msg))),
+            None => Ok(Err(Refusal::invalid(field, "patientId is required when acting on a patient's behalf"))),
+            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(field, msg))),
         },
     }
 }

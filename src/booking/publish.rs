@@ -5,7 +5,7 @@ use chrono::{NaiveDate, Utc};
 use super::{
     input::{parse_id, parse_local_time, parse_timezone},
     schedule::{plan_day, PlanError},
-    BookingService, ServiceError,
+    BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -14,6 +14,7 @@ use crate::{
         entity::{doctor, time_slot},
         outbox, slots, StoreError,
     },
+    error::{Field, ServiceError},
     model::day_bounds,
 };
 
@@ -69,18 +70,21 @@ impl BookingService {
         }
         let name = new.name.trim();
         if name.is_empty() || name.chars().count() > MAX_TEXT {
-            return Err(ServiceError::invalid(&["input", "name"], format!("name must be 1 to {MAX_TEXT} characters")));
+            return Err(ServiceError::invalid(
+                Field::Name.in_request(),
+                format!("name must be 1 to {MAX_TEXT} characters"),
+            ));
         }
         let specialty = new.specialty.as_deref().map(str::trim).filter(|s| !s.is_empty());
         if specialty.is_some_and(|s| s.chars().count() > MAX_TEXT) {
             return Err(ServiceError::invalid(
-                &["input", "specialty"],
+                Field::Specialty.in_request(),
                 format!("specialty must be at most {MAX_TEXT} characters"),
             ));
         }
         let tz = match new.timezone.as_deref() {
             None => chrono_tz::UTC,
-            Some(raw) => parse_timezone(raw).map_err(|m| ServiceError::invalid(&["input", "timezone"], m))?,
+            Some(raw) => parse_timezone(raw).map_err(|m| ServiceError::invalid(Field::Timezone.in_request(), m))?,
         };
         let _writing = self.db.writing().await;
         Ok(doctors::insert(self.db.conn(), name, specialty, tz.name()).await?)
@@ -90,33 +94,36 @@ impl BookingService {
     #[tracing::instrument(level = "debug", skip_all, fields(doctor = %req.doctor_id, date = %req.date))]
     pub async fn publish_schedule(&self, caller: &Caller, req: PublishRequest) -> Result<Published, ServiceError> {
         let doctor_id =
-            parse_id("doctorId", &req.doctor_id).map_err(|m| ServiceError::invalid(&["input", "doctorId"], m))?;
+            parse_id("doctorId", &req.doctor_id).map_err(|m| ServiceError::invalid(Field::DoctorId.in_request(), m))?;
         if !caller.manages_doctor(doctor_id) {
             return Err(ServiceError::Forbidden("only admins and the doctor may publish this schedule".into()));
         }
         let start = parse_local_time("startTime", &req.start_time)
-            .map_err(|m| ServiceError::invalid(&["input", "startTime"], m))?;
-        let end =
-            parse_local_time("endTime", &req.end_time).map_err(|m| ServiceError::invalid(&["input", "endTime"], m))?;
+            .map_err(|m| ServiceError::invalid(Field::StartTime.in_request(), m))?;
+        let end = parse_local_time("endTime", &req.end_time)
+            .map_err(|m| ServiceError::invalid(Field::EndTime.in_request(), m))?;
         let slot_minutes = req.slot_minutes.unwrap_or(15);
         if !(1..=1440).contains(&slot_minutes) {
-            return Err(ServiceError::invalid(&["input", "slotMinutes"], "slotMinutes must be between 1 and 1440"));
+            return Err(ServiceError::invalid(
+                Field::SlotMinutes.in_request(),
+                "slotMinutes must be between 1 and 1440",
+            ));
         }
         let capacity = req.capacity.unwrap_or(1);
         if !(1..=MAX_CAPACITY).contains(&capacity) {
-            return Err(ServiceError::invalid(&["input", "capacity"], "capacity must be at least 1"));
+            return Err(ServiceError::invalid(Field::Capacity.in_request(), "capacity must be at least 1"));
         }
         let doctor = doctors::find(self.db.conn(), doctor_id)
             .await?
-            .ok_or_else(|| ServiceError::invalid(&["input", "doctorId"], "no doctor with this id"))?;
+            .ok_or_else(|| ServiceError::invalid(Field::DoctorId.in_request(), "no doctor with this id"))?;
         let tz = parse_timezone(&doctor.timezone)
             .map_err(|m| StoreError::Inconsistent(format!("doctor {doctor_id}: {m}")))?;
         if day_bounds(tz, req.date).1 <= Utc::now() {
-            return Err(ServiceError::invalid(&["input", "date"], "this date has already ended"));
+            return Err(ServiceError::invalid(Field::Date.in_request(), "this date has already ended"));
         }
         let plan = plan_day(tz, req.date, start, end, slot_minutes.unsigned_abs()).map_err(|e| match e {
-            PlanError::EndNotAfterStart => ServiceError::invalid(&["input", "endTime"], e.to_string()),
-            PlanError::TooManySlots => ServiceError::invalid(&["input", "slotMinutes"], e.to_string()),
+            PlanError::EndNotAfterStart => ServiceError::invalid(Field::EndTime.in_request(), e.to_string()),
+            PlanError::TooManySlots => ServiceError::invalid(Field::SlotMinutes.in_request(), e.to_string()),
         })?;
         // The outbox row commits with the slots, so every instance hears of them (it drops the
         // lists it keeps of the doctor) exactly when they exist.

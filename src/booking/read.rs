@@ -4,7 +4,7 @@ use chrono::{NaiveDate, Utc};
 
 use super::{
     input::{parse_duration, parse_id},
-    BookingService, ServiceError,
+    BookingService,
 };
 use crate::{
     auth::{AppointmentAccess, Caller, Principal, Role},
@@ -14,6 +14,7 @@ use crate::{
         entity::{doctor, time_slot},
         slots, StoreError,
     },
+    error::{Field, ServiceError},
     guard::Stamp,
     model::{self, day_bounds, DayRange},
 };
@@ -53,9 +54,9 @@ pub(crate) fn access(r: &AppointmentRecord) -> AppointmentAccess<'_> {
     }
 }
 
-/// Parses an id argument of a query, as `INVALID_INPUT` when malformed.
-pub fn parse_arg_id(field: &str, raw: &str) -> Result<i64, ServiceError> {
-    parse_id(field, raw).map_err(|m| ServiceError::invalid(&[field], m))
+/// Parses the id parameter `field` (`what` in messages), as `INVALID_INPUT` when malformed.
+pub fn parse_arg_id(field: Field, what: &str, raw: &str) -> Result<i64, ServiceError> {
+    parse_id(what, raw).map_err(|m| ServiceError::invalid(field.as_param(), m))
 }
 
 /// A doctor's day in UTC, by the doctor's zone.
@@ -76,7 +77,7 @@ impl SlotList {
 impl BookingService {
     /// One doctor.
     pub async fn doctor(&self, raw_id: &str) -> Result<Option<doctor::Model>, ServiceError> {
-        let id = parse_arg_id("id", raw_id)?;
+        let id = parse_arg_id(Field::Id, "id", raw_id)?;
         Ok(doctors::find(self.db.conn(), id).await?)
     }
 
@@ -84,7 +85,10 @@ impl BookingService {
     pub async fn doctors(&self, first: Option<i32>, after: Option<i64>) -> Result<DoctorPage, ServiceError> {
         let first = first.unwrap_or(20);
         if !(0..=MAX_PAGE).contains(&first) {
-            return Err(ServiceError::invalid(&["first"], format!("first must be between 0 and {MAX_PAGE}")));
+            return Err(ServiceError::invalid(
+                Field::First.as_param(),
+                format!("first must be between 0 and {MAX_PAGE}"),
+            ));
         }
         let limit = first.unsigned_abs().into();
         let mut doctors = doctors::page(self.db.conn(), after, limit + 1).await?;
@@ -95,7 +99,7 @@ impl BookingService {
 
     /// One slot.
     pub async fn slot(&self, raw_id: &str) -> Result<Option<time_slot::Model>, ServiceError> {
-        let id = parse_arg_id("id", raw_id)?;
+        let id = parse_arg_id(Field::Id, "id", raw_id)?;
         Ok(slots::find(self.db.conn(), id).await?)
     }
 
@@ -109,9 +113,10 @@ impl BookingService {
         date: NaiveDate,
         duration_minutes: Option<i32>,
     ) -> Result<SlotList, ServiceError> {
-        let id = parse_arg_id("doctorId", raw_doctor_id)?;
+        let id = parse_arg_id(Field::DoctorId, "doctorId", raw_doctor_id)?;
         if let Some(minutes) = duration_minutes {
-            let minutes = parse_duration(minutes).map_err(|m| ServiceError::invalid(&["durationMinutes"], m))?;
+            let minutes =
+                parse_duration(minutes).map_err(|m| ServiceError::invalid(Field::DurationMinutes.as_param(), m))?;
             return self.available_runs(id, date, minutes).await;
         }
         let mut stamp = self.guard.generations.stamp(id);
@@ -130,11 +135,7 @@ impl BookingService {
         };
         let (from, to) = day_bounds(tz, date);
         let range = DayRange { doctor_id: id, from, to };
-        let rows = if self.db.backend() == sea_orm::DbBackend::Postgres {
-            self.lists.get_or_init(|| super::lookup::list_batcher(self.db.clone())).ask(range).await?
-        } else {
-            slots::available(self.db.conn(), range, now).await?
-        };
+        let rows = self.reads.available(range, now).await?;
         self.guard.slots.put(id, date, &rows).await;
         Ok(SlotList::new(rows, stamp))
     }
@@ -169,7 +170,7 @@ impl BookingService {
         principal: &Principal,
         raw_id: &str,
     ) -> Result<Option<AppointmentRecord>, ServiceError> {
-        let id = parse_arg_id("id", raw_id)?;
+        let id = parse_arg_id(Field::Id, "id", raw_id)?;
         let Some(caller) = principal.caller() else {
             return Ok(None);
         };

@@ -13,7 +13,7 @@ use super::{
     cancelled_by,
     changes::Changes,
     input::{parse_id, parse_idempotency_key, reschedule_fingerprint},
-    retrying, BookingService, Outcome, Refusal, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -24,6 +24,7 @@ use crate::{
         slots::{self, Run},
         waitlist, StoreError,
     },
+    error::{Field, Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, AppointmentStatus},
 };
 
@@ -72,17 +73,17 @@ impl BookingService {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors cannot reschedule appointments".into()));
         }
-        let old = match self.changeable(caller, &req.appointment_id, &["input", "appointmentId"]).await? {
+        let old = match self.changeable(caller, &req.appointment_id, Field::AppointmentId.in_request()).await? {
             Ok(r) => r.appointment,
             Err(refusal) => return Ok(Err(refusal)),
         };
         let new_slot_id = match parse_id("newSlotId", &req.new_slot_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "newSlotId"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::NewSlotId.in_request(), msg))),
         };
         let key = match parse_idempotency_key(&req.idempotency_key) {
             Ok(k) => k,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "idempotencyKey"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::IdempotencyKey.in_request(), msg))),
         };
         let scope = caller.scope();
         let fingerprint = reschedule_fingerprint(old.id, new_slot_id);
@@ -92,14 +93,14 @@ impl BookingService {
         }
         let now = micros(Utc::now());
         if !movable(&old, now) {
-            return Ok(Err(Refusal::not_active(&["input", "appointmentId"])));
+            return Ok(Err(Refusal::not_active(Field::AppointmentId.in_request())));
         }
         let minutes = (old.end_at - old.start_at).num_minutes();
         let run = match slots::run_from(self.db.conn(), new_slot_id, minutes).await? {
-            Run::NoSlot => return Ok(Err(Refusal::slot_not_found(&["input", "newSlotId"]))),
+            Run::NoSlot => return Ok(Err(Refusal::slot_not_found(Field::NewSlotId.in_request()))),
             Run::NotCovered(_) => {
                 return Ok(Err(Refusal::invalid(
-                    &["input", "newSlotId"],
+                    Field::NewSlotId.in_request(),
                     "no run of consecutive slots starting at this slot covers the appointment's length",
                 )))
             }
@@ -147,7 +148,7 @@ impl BookingService {
                 if let Some(answer) = self.replay_reschedule(&scope, key, &fingerprint).await? {
                     return Ok(answer);
                 }
-                return Ok(Err(Refusal::not_active(&["input", "appointmentId"])));
+                return Ok(Err(Refusal::not_active(Field::AppointmentId.in_request())));
             }
             Ok(Err(Unmoved::Refused(InsertError::KeyTaken))) => {
                 return match self.replay_reschedule(&scope, key, &fingerprint).await? {
@@ -219,7 +220,7 @@ impl BookingService {
         let mut run: Vec<time_slot::Model> = slots::find_many(self.db.conn(), new_ids).await?;
         run.sort_unstable_by_key(|s| s.start_at);
         let Some(span) = span_of(&run) else {
-            return Ok(Err(Refusal::slot_not_found(&["input", "newSlotId"])));
+            return Ok(Err(Refusal::slot_not_found(Field::NewSlotId.in_request())));
         };
         // The appointment being moved does not count against its new place.
         let conflicts = appointments::conflicts(self.db.conn(), old.patient_id, span, new_ids, Some(old.id)).await?;
@@ -237,7 +238,7 @@ impl BookingService {
             return Ok(None);
         };
         if existing.request_hash != fingerprint {
-            return Ok(Some(Err(Refusal::key_reused(&["input", "idempotencyKey"]))));
+            return Ok(Some(Err(Refusal::key_reused(Field::IdempotencyKey.in_request()))));
         }
         let previous = match existing.rescheduled_from {
             Some(id) => appointments::find_record(self.db.conn(), id).await?.map(|r| r.appointment),

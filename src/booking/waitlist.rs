@@ -23,7 +23,7 @@ use super::{
     acting_for,
     changes::Changes,
     input::{parse_id, parse_idempotency_key},
-    retrying, BookingService, Outcome, Refusal, RefusalCode, ServiceError,
+    retrying, BookingService,
 };
 use crate::{
     auth::{Caller, Role},
@@ -35,6 +35,7 @@ use crate::{
         waitlist::{self, Filter, JoinError, NewEntry},
         StoreError, WriteTransaction,
     },
+    error::{Field, Outcome, Refusal, RefusalCode, ServiceError},
     model::{doctor_day, AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 
@@ -82,11 +83,11 @@ impl BookingService {
         };
         let doctor_id = match parse_id("doctorId", &req.doctor_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "doctorId"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
         };
         let key = match parse_idempotency_key(&req.idempotency_key) {
             Ok(k) => k,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "idempotencyKey"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::IdempotencyKey.in_request(), msg))),
         };
         let scope = caller.scope();
         let date = req.date.format("%Y-%m-%d").to_string();
@@ -95,11 +96,11 @@ impl BookingService {
             return Ok(answer);
         }
         let Some(doctor) = doctors::find(self.db.conn(), doctor_id).await? else {
-            return Ok(Err(Refusal::invalid(&["input", "doctorId"], "no doctor with this id")));
+            return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), "no doctor with this id")));
         };
         let day = doctor_day(doctor.id, &doctor.timezone, req.date).map_err(StoreError::Inconsistent)?;
         if day.to <= Utc::now() {
-            return Ok(Err(Refusal::invalid(&["input", "date"], "this date has already ended")));
+            return Ok(Err(Refusal::invalid(Field::Date.in_request(), "this date has already ended")));
         }
         let new = NewEntry {
             day,
@@ -169,11 +170,11 @@ impl BookingService {
         }
         let id = match parse_id("id", raw_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["id"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::Id.as_param(), msg))),
         };
         // Unknown ids and others' entries answer alike, so ids reveal nothing.
         let Some(entry) = waitlist::find(self.db.conn(), id).await?.filter(|e| may_see(caller, e)) else {
-            return Ok(Err(Refusal::invalid(&["id"], "no waitlist entry with this id")));
+            return Ok(Err(Refusal::invalid(Field::Id.as_param(), "no waitlist entry with this id")));
         };
         let now = micros(Utc::now());
         let left = {
@@ -208,7 +209,7 @@ impl BookingService {
             return Ok(None);
         };
         if entry.request_hash != fingerprint {
-            return Ok(Some(Err(Refusal::key_reused(&["input", "idempotencyKey"]))));
+            return Ok(Some(Err(Refusal::key_reused(Field::IdempotencyKey.in_request()))));
         }
         Ok(Some(Ok(Joined { entry, replayed: true })))
     }

@@ -2,12 +2,13 @@
 //! appointment insert and the outbox insert as data-modifying CTEs, run outside an explicit
 //! transaction.
 //!
-//! A single statement is its own transaction, so this is exactly the booking of
-//! [`crate::booking`] (one conditional update plus the inserts, all or nothing) in one round
-//! trip instead of five (BEGIN, UPDATE, INSERT, INSERT, COMMIT). Every row lock is held for
-//! that one statement only. Its first step takes the patient's write lock
-//! ([`appointments::lock_patient`]), before the slot's row. SQLite has no data-modifying CTEs and keeps the transaction, and
-//! so do longer appointments (several slots) and reschedules.
+//! A single statement is its own transaction, so this is exactly the general form
+//! ([`super::seats::take_in_transaction`]: one conditional update plus the inserts, all or
+//! nothing) in one round trip instead of five (BEGIN, UPDATE, INSERT, INSERT, COMMIT). Every
+//! row lock is held for that one statement only. Its first step takes the patient's write lock
+//! ([`appointments::lock_patient`]), before the slot's row. [`super::seats::take`] chooses it;
+//! SQLite has no data-modifying CTEs and keeps the transaction, and so do longer appointments
+//! (several slots) and reschedules.
 
 use chrono::{DateTime, Utc};
 use sqlx::{postgres::PgRow, Row};

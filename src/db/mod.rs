@@ -1,7 +1,11 @@
 //! Persistence: connecting to PostgreSQL or SQLite, migrating, and the queries of each table.
 //!
 //! Every function here takes `&impl ConnectionTrait`, so the booking layer decides what runs
-//! inside one transaction. Nothing above this module writes SQL.
+//! inside one transaction. Nothing above this module writes SQL, nor asks which database it
+//! talks to: where the two differ, one call here does the right thing on each ([`seats::take`]
+//! books in one statement on PostgreSQL and in a transaction on SQLite, [`CoalescedReads`]
+//! coalesces the hot reads on PostgreSQL only), or a capability says what a caller may rely on
+//! ([`Db::skips_locked_rows`]).
 //!
 //! Writes go through [`Db::begin_write`] (a transaction) or after [`Db::writing`] (a single
 //! statement): on SQLite these serialize the writers of the process on a fair in-process gate
@@ -27,6 +31,7 @@
 mod rows;
 pub mod appointments;
 pub mod book_pg;
+pub mod coalesced;
 pub mod contacts;
 pub mod doctors;
 pub mod entity;
@@ -34,10 +39,12 @@ pub mod fhir;
 mod hot;
 pub mod messages;
 pub mod outbox;
+pub mod seats;
 pub mod slots;
 pub mod waitlist;
 mod write;
 
+pub use coalesced::CoalescedReads;
 pub use write::{WriteTransaction, Writing};
 pub mod webhooks;
 
@@ -248,6 +255,13 @@ impl Db {
     /// Which SQL dialect the pool speaks.
     pub fn backend(&self) -> DbBackend {
         self.conn.get_database_backend()
+    }
+
+    /// Whether a claim of queued rows (see "Queue claims") skips the rows other transactions
+    /// hold locked, so that claims running at once take disjoint batches (PostgreSQL). SQLite
+    /// has one writer: a second claim at once only waits for the first.
+    pub fn skips_locked_rows(&self) -> bool {
+        self.backend() == DbBackend::Postgres
     }
 
     /// Applies every pending migration; call it before any other statement.

@@ -125,10 +125,8 @@ fn appointments() {
 
 #[test]
 fn outcomes_and_definitions() {
-    let full = FhirError::from(crate::booking::Refusal::new(
-        crate::booking::RefusalCode::SlotFull,
-        "this slot has no seat left",
-    ));
+    let full =
+        FhirError::from(crate::error::Refusal::new(crate::error::RefusalCode::SlotFull, "this slot has no seat left"));
     check("outcome-slot-full", Resource::OperationOutcome(full.outcome()));
     let base = "https://api.example.com/fhir";
     check("capability-statement", Resource::CapabilityStatement(capability::statement(base)));

@@ -45,8 +45,9 @@ use self::{
 };
 use crate::{
     auth::{Caller, Principal, TokenIssuer},
-    booking::{input::parse_id, BookRequest, Booked, BookingService, Outcome},
+    booking::{input::parse_id, BookRequest, Booked, BookingService},
     db::{self, entity::appointment, fhir::SlotSearch},
+    error::Outcome,
 };
 
 /// The media type of the feed's files.
@@ -191,7 +192,7 @@ async fn doctor(state: &FhirState, kind: &str, raw: &str) -> Result<db::entity::
     let id = row_id(kind, raw)?;
     db::doctors::find(state.service.db().conn(), id)
         .await
-        .map_err(|e| FhirError::from(crate::booking::ServiceError::from(e)))?
+        .map_err(|e| FhirError::from(crate::error::ServiceError::from(e)))?
         .ok_or_else(|| FhirError::not_found(kind, raw))
 }
 
@@ -246,7 +247,7 @@ async fn search_slots(
     let doctor = match parse_id("schedule", &q.schedule) {
         Ok(id) => db::doctors::find(state.service.db().conn(), id)
             .await
-            .map_err(|e| FhirError::from(crate::booking::ServiceError::from(e)))?,
+            .map_err(|e| FhirError::from(crate::error::ServiceError::from(e)))?,
         Err(_) => None,
     };
     let Some(doctor) = doctor else {
@@ -262,7 +263,7 @@ async fn search_slots(
         narrow(&mut search.from, &mut search.to, *prefix, interval);
     }
     let conn = state.service.db().conn();
-    let to_fhir = |e: db::StoreError| FhirError::from(crate::booking::ServiceError::from(e));
+    let to_fhir = |e: db::StoreError| FhirError::from(crate::error::ServiceError::from(e));
     let total = db::fhir::count_slots(conn, &search).await.map_err(to_fhir)?;
     if q.count == 0 {
         return Ok(bundle_response(total, Vec::new(), self_url, None));
@@ -300,7 +301,7 @@ fn bundle_response(total: u64, entry: Vec<BundleEntry>, self_url: String, next: 
 /// An appointment as an `Appointment` (its slots and doctor read like GraphQL's loaders do).
 async fn appointment_resource(state: &FhirState, a: &appointment::Model) -> Result<Resource, FhirError> {
     let conn = state.service.db().conn();
-    let to_fhir = |e: db::StoreError| FhirError::from(crate::booking::ServiceError::from(e));
+    let to_fhir = |e: db::StoreError| FhirError::from(crate::error::ServiceError::from(e));
     let (doctor_id, slots) = db::fhir::appointment_slots(conn, a).await.map_err(to_fhir)?;
     let doctor_id =
         doctor_id.ok_or_else(|| to_fhir(db::StoreError::Inconsistent(format!("appointment {} has no slot", a.id))))?;
@@ -354,11 +355,8 @@ async fn book(State(state): Shared, headers: HeaderMap, body: Body) -> Result<Re
             take_seat(&state, &headers, &caller, slot_id, patient_id, book_call).await
         }
         SeatTarget::Appointment { appointment_id } => {
-            let confirmed = state
-                .service
-                .confirm(&caller, &appointment_id)
-                .await?
-                .map_err(|r| refusal(r, Some(("id", "appointment"))))?;
+            let confirmed =
+                state.service.confirm(&caller, &appointment_id).await?.map_err(|r| refusal(r, Some("appointment")))?;
             answer_appointment(&state, &headers, &confirmed.appointment, StatusCode::OK).await
         }
     }
@@ -424,21 +422,15 @@ async fn take_seat(
     answer_appointment(state, headers, &booked.appointment, status).await
 }
 
-/// A refusal as an `OperationOutcome`, its GraphQL field named as the FHIR request names it.
-fn refusal(r: crate::booking::Refusal, id_means: Option<(&str, &str)>) -> FhirError {
-    let field = r.field.as_ref().and_then(|f| f.last()).cloned();
+/// A refusal as an `OperationOutcome`, the value at fault named as the FHIR request names it
+/// (`subject`: what the operation's own id stands for, see [`outcome::expression`]).
+fn refusal(r: crate::error::Refusal, subject: Option<&'static str>) -> FhirError {
+    let field = r.field;
     let e = FhirError::from(r);
-    let at = match field.as_deref() {
-        Some("slotId") => "slot",
-        Some("patientId") => "patient",
-        Some("idempotencyKey") => "Idempotency-Key",
-        Some(f) => match id_means {
-            Some((from, to)) if f == from => to,
-            _ => return e.at(f.to_owned()),
-        },
-        None => return e,
-    };
-    e.at(at)
+    match field {
+        Some(f) => e.at(outcome::expression(f.field, subject)),
+        None => e,
+    }
 }
 
 /// The appointment as the answer of an operation, with `Location` naming it.
@@ -654,13 +646,19 @@ mod tests {
 
     #[test]
     fn refusals_name_the_fhir_parameter() {
-        use crate::booking::{Refusal, RefusalCode};
-        let r = Refusal::invalid(&["input", "slotId"], "bad");
+        use crate::error::{Field, Refusal, RefusalCode};
+        let r = Refusal::invalid(Field::SlotId.in_request(), "bad");
         assert_eq!(refusal(r, None).expression.as_deref(), Some("slot"));
-        let r = Refusal::invalid(&["input", "idempotencyKey"], "bad");
+        let r = Refusal::invalid(Field::IdempotencyKey.in_request(), "bad");
         assert_eq!(refusal(r, None).expression.as_deref(), Some("Idempotency-Key"));
-        let r = Refusal::invalid(&["id"], "bad");
-        assert_eq!(refusal(r, Some(("id", "appointment"))).expression.as_deref(), Some("appointment"));
+        let r = Refusal::invalid(Field::PatientId.in_request(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("patient"));
+        let r = Refusal::invalid(Field::DurationMinutes.in_request(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("durationMinutes"));
+        let r = Refusal::invalid(Field::Id.as_param(), "bad");
+        assert_eq!(refusal(r, Some("appointment")).expression.as_deref(), Some("appointment"));
+        let r = Refusal::invalid(Field::Id.as_param(), "bad");
+        assert_eq!(refusal(r, None).expression.as_deref(), Some("id"));
         let full = refusal(Refusal::new(RefusalCode::SlotFull, "full"), None);
         assert_eq!((full.code, full.expression), ("SLOT_FULL", None));
     }

@@ -25,7 +25,7 @@ use axum::{
 };
 
 use super::resources::{CodeableConcept, Coding, OperationOutcome, OperationOutcomeIssue, Resource};
-use crate::booking::{Refusal, ServiceError};
+use crate::error::{Field, Refusal, ServiceError};
 
 /// The system of the codes in `issue.details.coding` (our GraphQL codes).
 pub const CODE_SYSTEM: &str = "urn:clinic-booking:error-code";
@@ -137,13 +137,7 @@ impl From<ServiceError> for FhirError {
         match err {
             ServiceError::Unauthenticated => Self::new("UNAUTHENTICATED", err.to_string()),
             ServiceError::Forbidden(msg) => Self::new("FORBIDDEN", msg),
-            ServiceError::InvalidInput { message, field } => {
-                let e = Self::invalid(message);
-                match field.last() {
-                    Some(f) => e.at(f.clone()),
-                    None => e,
-                }
-            }
+            ServiceError::InvalidInput { message, field } => Self::invalid(message).at(expression(field.field, None)),
             ServiceError::RateLimited { retry_after_secs } => {
                 Self { retry_after: Some(retry_after_secs), ..Self::new("RATE_LIMITED", err.to_string()) }
             }
@@ -153,6 +147,41 @@ impl From<ServiceError> for FhirError {
                 Self::new("INTERNAL", "internal error")
             }
         }
+    }
+}
+
+/// How a FHIR answer names the value at fault: the `$hold`/`$book` parameter or header that
+/// carries it, else its name in the request. `subject` is what the operation's own id stands
+/// for where that is not plain `id` (`appointment` for `$book` of a hold). No wildcard: a new
+/// field does not compile until it has its name here.
+pub fn expression(field: Field, subject: Option<&'static str>) -> &'static str {
+    match field {
+        Field::SlotId => "slot",
+        Field::PatientId => "patient",
+        Field::IdempotencyKey => "Idempotency-Key",
+        Field::Id => subject.unwrap_or("id"),
+        Field::DurationMinutes => "durationMinutes",
+        Field::AppointmentId => "appointmentId",
+        Field::NewSlotId => "newSlotId",
+        Field::DoctorId => "doctorId",
+        Field::Date => "date",
+        Field::To => "to",
+        Field::Reason => "reason",
+        Field::Name => "name",
+        Field::Specialty => "specialty",
+        Field::Timezone => "timezone",
+        Field::StartTime => "startTime",
+        Field::EndTime => "endTime",
+        Field::SlotMinutes => "slotMinutes",
+        Field::Capacity => "capacity",
+        Field::Email => "email",
+        Field::Phone => "phone",
+        Field::Locale => "locale",
+        Field::Url => "url",
+        Field::EndpointId => "endpointId",
+        Field::DeliveryId => "deliveryId",
+        Field::First => "first",
+        Field::After => "after",
     }
 }
 
@@ -178,7 +207,7 @@ impl IntoResponse for FhirError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::booking::RefusalCode;
+    use crate::error::RefusalCode;
 
     #[test]
     fn refusals_keep_their_code_and_get_the_contracts_status() {
@@ -212,6 +241,8 @@ mod tests {
         let resp = limited.into_response();
         assert_eq!(resp.status().as_u16(), 429);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        let invalid = FhirError::from(ServiceError::invalid(crate::error::Field::Id.as_param(), "bad id"));
+        assert_eq!((invalid.code, invalid.expression.as_deref()), ("INVALID_INPUT", Some("id")));
         let internal =
             FhirError::from(ServiceError::Store(crate::db::StoreError::Inconsistent("secret detail".into())));
         assert_eq!(internal.message, "internal error");

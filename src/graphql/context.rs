@@ -7,7 +7,7 @@ use async_graphql::{Context, Result};
 use super::error::to_graphql;
 use crate::{
     auth::{Caller, Principal},
-    booking::ServiceError,
+    error::ServiceError,
     guard::Stamp,
 };
 

@@ -1,7 +1,7 @@
 //! Opaque cursors of the connections (`doctors`, `webhookDeliveries`): a row id under a name of
 //! its connection, hex-encoded, so a cursor of one connection is refused by another.
 
-use crate::booking::ServiceError;
+use crate::error::{Field, ServiceError};
 
 /// The cursor of row `id` in the connection named `prefix`.
 pub(crate) fn encode(prefix: &str, id: i64) -> String {
@@ -15,7 +15,7 @@ pub(crate) fn decode(prefix: &str, cursor: &str) -> Result<i64, ServiceError> {
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
         .and_then(|s| s.strip_prefix(prefix).and_then(|id| id.parse().ok()))
-        .ok_or_else(|| ServiceError::invalid(&["after"], "after is not a cursor of this connection"))
+        .ok_or_else(|| ServiceError::invalid(Field::After.as_param(), "after is not a cursor of this connection"))
 }
 
 #[cfg(test)]

@@ -1,14 +1,17 @@
 //! The one place where errors become GraphQL errors.
 //!
 //! Policy: expected refusals of bookings and cancels are data (`userErrors`, see
-//! [`crate::booking::Refusal`]); everything else that ends a request is a top-level error
+//! [`crate::error::Refusal`]); everything else that ends a request is a top-level error
 //! with a stable `extensions.code`. Internal failures are logged here, with the request id
 //! of the surrounding span, and reach the client as `INTERNAL` with no detail; a database
 //! too busy to take the statement (see `StoreError::is_busy`) is `OVERLOADED`, retryable.
+//!
+//! The value an error is about ([`Fault`]) becomes its path in the operation here, and only
+//! here ([`field_path`]): `userErrors[].field` and `extensions.field` alike.
 
 use async_graphql::{Error, ErrorExtensionValues, ErrorExtensions, Response};
 
-use crate::booking::ServiceError;
+use crate::error::{Fault, Field, Place, ServiceError};
 
 /// The stable codes of top-level errors.
 pub mod code {
@@ -37,7 +40,7 @@ pub fn to_graphql(err: ServiceError) -> Error {
         ServiceError::Forbidden(msg) => Error::new(msg).extend_with(|_, e| e.set("code", code::FORBIDDEN)),
         ServiceError::InvalidInput { message, field } => Error::new(message).extend_with(|_, e| {
             e.set("code", code::INVALID_INPUT);
-            e.set("field", field.clone());
+            e.set("field", field_path(field).map(str::to_owned).collect::<Vec<_>>());
         }),
         ServiceError::RateLimited { retry_after_secs } => Error::new(err.to_string()).extend_with(|_, e| {
             e.set("code", code::RATE_LIMITED);
@@ -52,6 +55,50 @@ pub fn to_graphql(err: ServiceError) -> Error {
             tracing::error!(error = %inner, "internal error");
             internal()
         }
+    }
+}
+
+/// The path of the value `fault` names in the operation: `["input", name]` for a field of
+/// the operation's request (every operation that takes one takes it as its `input` argument),
+/// `[name]` for a parameter (an argument of its own).
+pub fn field_path(fault: Fault) -> impl Iterator<Item = &'static str> {
+    let input = match fault.place {
+        Place::Request => Some("input"),
+        Place::Parameter => None,
+    };
+    input.into_iter().chain(std::iter::once(schema_name(fault.field)))
+}
+
+/// The name the schema gives each value, as an input field and as an argument alike. No
+/// wildcard: a new field does not compile until it has its name here.
+fn schema_name(field: Field) -> &'static str {
+    match field {
+        Field::Id => "id",
+        Field::PatientId => "patientId",
+        Field::SlotId => "slotId",
+        Field::IdempotencyKey => "idempotencyKey",
+        Field::DurationMinutes => "durationMinutes",
+        Field::AppointmentId => "appointmentId",
+        Field::NewSlotId => "newSlotId",
+        Field::DoctorId => "doctorId",
+        Field::Date => "date",
+        Field::To => "to",
+        Field::Reason => "reason",
+        Field::Name => "name",
+        Field::Specialty => "specialty",
+        Field::Timezone => "timezone",
+        Field::StartTime => "startTime",
+        Field::EndTime => "endTime",
+        Field::SlotMinutes => "slotMinutes",
+        Field::Capacity => "capacity",
+        Field::Email => "email",
+        Field::Phone => "phone",
+        Field::Locale => "locale",
+        Field::Url => "url",
+        Field::EndpointId => "endpointId",
+        Field::DeliveryId => "deliveryId",
+        Field::First => "first",
+        Field::After => "after",
     }
 }
 
@@ -97,5 +144,71 @@ pub trait IntoGraphql<T> {
 impl<T> IntoGraphql<T> for Result<T, ServiceError> {
     fn gql(self) -> async_graphql::Result<T> {
         self.map_err(to_graphql)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(fault: Fault) -> Vec<&'static str> {
+        field_path(fault).collect()
+    }
+
+    /// Every value the services name today, at the path the API has always given it.
+    #[test]
+    fn each_value_keeps_its_path() {
+        let request = [
+            (Field::PatientId, "patientId"),
+            (Field::SlotId, "slotId"),
+            (Field::IdempotencyKey, "idempotencyKey"),
+            (Field::DurationMinutes, "durationMinutes"),
+            (Field::AppointmentId, "appointmentId"),
+            (Field::NewSlotId, "newSlotId"),
+            (Field::DoctorId, "doctorId"),
+            (Field::Date, "date"),
+            (Field::To, "to"),
+            (Field::Reason, "reason"),
+            (Field::Name, "name"),
+            (Field::Specialty, "specialty"),
+            (Field::Timezone, "timezone"),
+            (Field::StartTime, "startTime"),
+            (Field::EndTime, "endTime"),
+            (Field::SlotMinutes, "slotMinutes"),
+            (Field::Capacity, "capacity"),
+            (Field::Email, "email"),
+            (Field::Phone, "phone"),
+            (Field::Locale, "locale"),
+            (Field::Url, "url"),
+        ];
+        for (field, name) in request {
+            assert_eq!(path(field.in_request()), ["input", name], "{field:?}");
+        }
+        let parameters = [
+            (Field::Id, "id"),
+            (Field::PatientId, "patientId"),
+            (Field::DoctorId, "doctorId"),
+            (Field::DurationMinutes, "durationMinutes"),
+            (Field::First, "first"),
+            (Field::After, "after"),
+            (Field::DeliveryId, "deliveryId"),
+            (Field::EndpointId, "endpointId"),
+        ];
+        for (field, name) in parameters {
+            assert_eq!(path(field.as_param()), [name], "{field:?}");
+        }
+    }
+
+    #[test]
+    fn invalid_input_names_the_path_in_its_extensions() {
+        let err = to_graphql(ServiceError::invalid(Field::Name.in_request(), "bad"));
+        let extensions = err.extensions.expect("extensions");
+        assert_eq!(
+            extensions.get("field"),
+            Some(&async_graphql::Value::List(vec![
+                async_graphql::Value::String("input".into()),
+                async_graphql::Value::String("name".into())
+            ]))
+        );
     }
 }

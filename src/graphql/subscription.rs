@@ -35,7 +35,8 @@ use super::{
 };
 use crate::{
     auth::Principal,
-    booking::{read::parse_arg_id, ServiceError},
+    booking::read::parse_arg_id,
+    error::{Field, ServiceError},
     events::{Live, SlotChange},
 };
 
@@ -65,11 +66,11 @@ async fn open(
     raw_doctor_id: &str,
     date: Option<Date>,
 ) -> Result<impl Stream<Item = SlotChange> + Send + 'static> {
-    let doctor_id = parse_arg_id("doctorId", raw_doctor_id).gql()?;
+    let doctor_id = parse_arg_id(Field::DoctorId, "doctorId", raw_doctor_id).gql()?;
     let opened = ctx.data::<Live>()?.slot_availability(doctor_id, date.map(|d| d.0)).await;
     match opened.map_err(ServiceError::from).gql()? {
         Some(changes) => Ok(changes),
-        None => Err(to_graphql(ServiceError::invalid(&["doctorId"], "no doctor with this id"))),
+        None => Err(to_graphql(ServiceError::invalid(Field::DoctorId.as_param(), "no doctor with this id"))),
     }
 }
 

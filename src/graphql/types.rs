@@ -10,10 +10,15 @@
 use async_graphql::{Context, Enum, InputObject, Object, Result, SimpleObject, ID};
 use chrono::{DateTime, Utc};
 
-use super::{error::internal, loaders::Loaders, scalars::Date};
+use super::{
+    error::{field_path, internal},
+    loaders::Loaders,
+    scalars::Date,
+};
 use crate::{
-    booking::{read::doctor_day, Refusal, RefusalCode},
+    booking::read::doctor_day,
     db::entity::{appointment, doctor, time_slot},
+    error::{Refusal, RefusalCode},
     model,
 };
 
@@ -319,7 +324,8 @@ pub struct UserError {
 
 impl From<Refusal> for UserError {
     fn from(r: Refusal) -> Self {
-        Self { code: r.code.into(), message: r.message, field: r.field }
+        let field = r.field.map(|f| field_path(f).map(str::to_owned).collect());
+        Self { code: r.code.into(), message: r.message, field }
     }
 }
 

@@ -257,8 +257,8 @@ pub struct CreateWebhookEndpointPayload {
     pub user_errors: Vec<UserError>,
 }
 
-impl From<Result<WithSecret, crate::booking::Refusal>> for CreateWebhookEndpointPayload {
-    fn from(outcome: Result<WithSecret, crate::booking::Refusal>) -> Self {
+impl From<Result<WithSecret, crate::error::Refusal>> for CreateWebhookEndpointPayload {
+    fn from(outcome: Result<WithSecret, crate::error::Refusal>) -> Self {
         match outcome {
             Ok(w) => Self { endpoint: Some(WebhookEndpoint(w.endpoint)), secret: Some(w.secret), user_errors: vec![] },
             Err(r) => Self { endpoint: None, secret: None, user_errors: vec![r.into()] },

@@ -24,12 +24,13 @@ use chrono::Utc;
 
 use crate::{
     auth::{self, Caller, Role},
-    booking::{input::parse_id, Refusal, ServiceError},
+    booking::input::parse_id,
     db::{
         contacts::{self, ContactChange, FieldChange},
         entity::patient_contact,
         micros, Db,
     },
+    error::{self, Fault, Refusal, ServiceError},
 };
 
 /// Longest email address (RFC 5321's 256-octet path, less the angle brackets).
@@ -106,21 +107,21 @@ impl ContactService {
             Err(refusal) => return Ok(Err(vec![refusal])),
         };
         let mut refusals = Vec::new();
-        let mut check = |field: Field, name: &str, rule: fn(&str) -> Result<(), String>| match field {
+        let mut check = |field: Field, named: Fault, rule: fn(&str) -> Result<(), String>| match field {
             Field::Keep => FieldChange::Keep,
             Field::Clear => FieldChange::Clear,
             Field::Set(value) => match rule(&value) {
                 Ok(()) => FieldChange::Set(value),
                 Err(message) => {
-                    refusals.push(Refusal::invalid(&["input", name], message));
+                    refusals.push(Refusal::invalid(named, message));
                     FieldChange::Keep
                 }
             },
         };
         let change = ContactChange {
-            email: check(input.email, "email", validate_email),
-            phone: check(input.phone, "phone", validate_phone),
-            locale: check(input.locale, "locale", validate_locale),
+            email: check(input.email, error::Field::Email.in_request(), validate_email),
+            phone: check(input.phone, error::Field::Phone.in_request(), validate_phone),
+            locale: check(input.locale, error::Field::Locale.in_request(), validate_locale),
         };
         if !refusals.is_empty() {
             return Ok(Err(refusals));
@@ -141,7 +142,9 @@ impl ContactService {
         raw_patient_id: Option<&str>,
         partner: Option<&str>,
     ) -> Result<Option<Contact>, ServiceError> {
-        let parse = |raw: &str| parse_id("patientId", raw).map_err(|m| ServiceError::invalid(&["patientId"], m));
+        let parse = |raw: &str| {
+            parse_id("patientId", raw).map_err(|m| ServiceError::invalid(error::Field::PatientId.as_param(), m))
+        };
         let patient_id = match caller.role {
             Role::Doctor => return Err(forbidden()),
             Role::Patient => {
@@ -153,7 +156,12 @@ impl ContactService {
             }
             Role::Admin | Role::Partner => match raw_patient_id {
                 Some(raw) => parse(raw)?,
-                None => return Err(ServiceError::invalid(&["patientId"], "patientId is required for this role")),
+                None => {
+                    return Err(ServiceError::invalid(
+                        error::Field::PatientId.as_param(),
+                        "patientId is required for this role",
+                    ))
+                }
             },
         };
         let booker = match (caller.role, partner) {
@@ -189,7 +197,7 @@ fn forbidden() -> ServiceError {
 /// The patient a write is for, by the booking rules: a patient writes its own (naming another
 /// is `FORBIDDEN`), partners and admins name the patient (`INVALID_INPUT` otherwise).
 fn writer_patient(caller: &Caller, raw: Option<&str>) -> Result<Result<i64, Refusal>, ServiceError> {
-    let field = ["input", "patientId"];
+    let field = error::Field::PatientId.in_request();
     match caller.role {
         Role::Doctor => Err(forbidden()),
         Role::Patient => {
@@ -198,13 +206,13 @@ fn writer_patient(caller: &Caller, raw: Option<&str>) -> Result<Result<i64, Refu
                 None => Ok(Ok(own)),
                 Some(Ok(id)) if id == own => Ok(Ok(own)),
                 Some(Ok(_)) => Err(ServiceError::Forbidden("patients set their own contact details only".into())),
-                Some(Err(message)) => Ok(Err(Refusal::invalid(&field, message))),
+                Some(Err(message)) => Ok(Err(Refusal::invalid(field, message))),
             }
         }
         Role::Partner | Role::Admin => match raw.map(|r| parse_id("patientId", r)) {
-            None => Ok(Err(Refusal::invalid(&field, "patientId is required when acting for a patient"))),
+            None => Ok(Err(Refusal::invalid(field, "patientId is required when acting for a patient"))),
             Some(Ok(id)) => Ok(Ok(id)),
-            Some(Err(message)) => Ok(Err(Refusal::invalid(&field, message))),
+            Some(Err(message)) => Ok(Err(Refusal::invalid(field, message))),
         },
     }
 }

@@ -34,11 +34,12 @@ pub use sender::{SenderSettings, WebhookTasks};
 
 use crate::{
     auth::{Caller, Role},
-    booking::{input::parse_id, Outcome, Refusal, ServiceError},
+    booking::input::parse_id,
     db::{
         entity::{webhook_delivery, webhook_endpoint},
         micros, webhooks as store, Db,
     },
+    error::{Field, Outcome, Refusal, ServiceError},
 };
 
 /// Most endpoints one partner (or admin) may have.
@@ -93,12 +94,12 @@ impl WebhookService {
         let role = managing_role(caller)?;
         let checked = match self.policy.check(url).await {
             Ok(c) => c,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["input", "url"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::Url.in_request(), msg))),
         };
         let owner = caller.scope();
         if store::count_endpoints(self.db.conn(), &owner).await? >= MAX_ENDPOINTS_PER_OWNER {
             return Ok(Err(Refusal::invalid(
-                &["input", "url"],
+                Field::Url.in_request(),
                 format!("at most {MAX_ENDPOINTS_PER_OWNER} endpoints each; delete one first"),
             )));
         }
@@ -123,7 +124,7 @@ impl WebhookService {
     /// `deleteWebhookEndpoint`: true when this call deleted it.
     pub async fn delete(&self, caller: &Caller, raw_id: &str) -> Outcome<bool> {
         managing_role(caller)?;
-        let endpoint = match self.visible_endpoint(caller, "id", raw_id).await? {
+        let endpoint = match self.visible_endpoint(caller, raw_id).await? {
             Ok(e) => e,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -138,7 +139,7 @@ impl WebhookService {
     /// `rotateWebhookSecret`: a new secret; the old one keeps signing (beside it) for 24 h.
     pub async fn rotate(&self, caller: &Caller, raw_id: &str) -> Outcome<WithSecret> {
         managing_role(caller)?;
-        let endpoint = match self.visible_endpoint(caller, "id", raw_id).await? {
+        let endpoint = match self.visible_endpoint(caller, raw_id).await? {
             Ok(e) => e,
             Err(refusal) => return Ok(Err(refusal)),
         };
@@ -146,7 +147,7 @@ impl WebhookService {
         let until = micros(Utc::now()) + TimeDelta::hours(ROTATION_OVERLAP_HOURS);
         let _writing = self.db.writing().await;
         let Some(endpoint) = store::rotate_secret(self.db.conn(), endpoint.id, &secret, until).await? else {
-            return Ok(Err(unknown("id", "webhook endpoint")));
+            return Ok(Err(unknown(Field::Id, "webhook endpoint")));
         };
         tracing::info!(endpoint = endpoint.id, "webhook secret rotated");
         Ok(Ok(WithSecret { endpoint, secret }))
@@ -157,24 +158,24 @@ impl WebhookService {
         managing_role(caller)?;
         let id = match parse_id("deliveryId", raw_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&["deliveryId"], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::DeliveryId.as_param(), msg))),
         };
         let Some(delivery) = store::find_delivery(self.db.conn(), id).await? else {
-            return Ok(Err(unknown("deliveryId", "webhook delivery")));
+            return Ok(Err(unknown(Field::DeliveryId, "webhook delivery")));
         };
         let endpoint = store::find_endpoint(self.db.conn(), delivery.endpoint_id).await?;
         let Some(endpoint) = endpoint.filter(|e| may_manage(caller, e)) else {
-            return Ok(Err(unknown("deliveryId", "webhook delivery")));
+            return Ok(Err(unknown(Field::DeliveryId, "webhook delivery")));
         };
         if !endpoint.enabled {
             return Ok(Err(Refusal::invalid(
-                &["deliveryId"],
+                Field::DeliveryId.as_param(),
                 "the endpoint is disabled (it answered 410 Gone); create a new endpoint",
             )));
         }
         let _writing = self.db.writing().await;
         let Some(delivery) = store::redeliver(self.db.conn(), id, micros(Utc::now())).await? else {
-            return Ok(Err(unknown("deliveryId", "webhook delivery")));
+            return Ok(Err(unknown(Field::DeliveryId, "webhook delivery")));
         };
         self.wake.notify_one();
         Ok(Ok(delivery))
@@ -201,9 +202,13 @@ impl WebhookService {
         managing_role(caller)?;
         let first = first.unwrap_or(20);
         if !(0..=MAX_PAGE).contains(&first) {
-            return Err(ServiceError::invalid(&["first"], format!("first must be between 0 and {MAX_PAGE}")));
+            return Err(ServiceError::invalid(
+                Field::First.as_param(),
+                format!("first must be between 0 and {MAX_PAGE}"),
+            ));
         }
-        let id = parse_id("endpointId", raw_endpoint_id).map_err(|m| ServiceError::invalid(&["endpointId"], m))?;
+        let id = parse_id("endpointId", raw_endpoint_id)
+            .map_err(|m| ServiceError::invalid(Field::EndpointId.as_param(), m))?;
         let visible = store::find_endpoint(self.db.conn(), id).await?.filter(|e| may_manage(caller, e));
         if visible.is_none() {
             return Ok(DeliveryPage::default());
@@ -218,15 +223,14 @@ impl WebhookService {
     async fn visible_endpoint(
         &self,
         caller: &Caller,
-        field: &str,
         raw_id: &str,
     ) -> Result<Result<webhook_endpoint::Model, Refusal>, ServiceError> {
-        let id = match parse_id(field, raw_id) {
+        let id = match parse_id("id", raw_id) {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(&[field], msg))),
+            Err(msg) => return Ok(Err(Refusal::invalid(Field::Id.as_param(), msg))),
         };
         let found = store::find_endpoint(self.db.conn(), id).await?.filter(|e| may_manage(caller, e));
-        Ok(found.ok_or_else(|| unknown(field, "webhook endpoint")))
+        Ok(found.ok_or_else(|| unknown(Field::Id, "webhook endpoint")))
     }
 }
 
@@ -250,9 +254,9 @@ fn may_manage(caller: &Caller, endpoint: &webhook_endpoint::Model) -> bool {
 }
 
 /// The answer for an id that does not exist or is not the caller's (the same, so ids leak
-/// nothing): `INVALID_INPUT` on that field, the contract having no code of its own for it.
-fn unknown(field: &str, what: &str) -> Refusal {
-    Refusal::invalid(&[field], format!("no {what} with this id"))
+/// nothing): `INVALID_INPUT` on that parameter, the contract having no code of its own for it.
+fn unknown(field: Field, what: &str) -> Refusal {
+    Refusal::invalid(field.as_param(), format!("no {what} with this id"))
 }
 
 /// The signing keys of an endpoint at `now`: its secret, then the one it replaced while the

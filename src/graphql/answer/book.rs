@@ -29,8 +29,9 @@ use async_graphql_value::{ConstValue, Value as DocumentValue};
 
 use crate::{
     auth::Principal,
-    booking::{BookRequest, Booked, BookingService, Refusal, ServiceError},
+    booking::{BookRequest, Booked, BookingService},
     db::entity::appointment,
+    error::{Refusal, ServiceError},
     graphql::{
         error::to_graphql,
         types::{AppointmentStatus, BookAppointmentInput, CancelledBy, UserErrorCode},
@@ -234,10 +235,9 @@ fn user_error_value(fields: &[(Name, UserErrorField)], r: &Refusal) -> Value {
             UserErrorField::Typename => Value::String("UserError".into()),
             UserErrorField::Code => UserErrorCode::from(r.code).to_value(),
             UserErrorField::Message => Value::String(r.message.clone()),
-            UserErrorField::Field => r
-                .field
-                .as_ref()
-                .map_or(Value::Null, |path| Value::List(path.iter().map(|p| Value::String(p.clone())).collect())),
+            UserErrorField::Field => r.field.map_or(Value::Null, |f| {
+                Value::List(crate::graphql::error::field_path(f).map(|p| Value::String(p.to_owned())).collect())
+            }),
         };
         out.insert(key.clone(), value);
     }

@@ -1,6 +1,112 @@
-//! The booking layer's two kinds of "no": refusals that are data, and errors that end a request.
+//! The two kinds of "no" of every layer that serves requests (`booking`, `notify`,
+//! `webhooks`), mapped once at each edge (`graphql::error`, `fhir::outcome`): refusals that
+//! are data, and errors that end a request.
+//!
+//! This module sits right above [`crate::db`] and below every layer that uses it. It is not
+//! part of [`crate::model`] (which depends on nothing) because [`ServiceError::Store`] carries
+//! the [`StoreError`] as it is: `?` converts a failed query into it, a retry can ask whether
+//! the database aborted a transaction ([`StoreError::is_transient`]), and the edge can answer
+//! a busy database `OVERLOADED` ([`StoreError::is_busy`]). An opaque variant below `db` would
+//! lose all three. It depends on `db` for that one type; `db` depends on nothing here.
+//!
+//! Both kinds name the value at fault in the domain's words ([`Fault`]: a [`Field`] and the
+//! [`Place`] the operation took it from), never as a path of one transport: each edge says
+//! once, by a `match` over every field, how its requests name that value.
 
 use crate::db::StoreError;
+
+/// A value a caller sends, in the domain's words: a field of an operation's request (such as
+/// `booking::BookRequest`) or a parameter of the operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// The id of the record the operation is about: the doctor, slot or appointment read, the
+    /// appointment confirmed or cancelled, the waitlist entry left, the webhook endpoint
+    /// deleted or rotated.
+    Id,
+    /// The patient a booker acts for, or whose contact details are read.
+    PatientId,
+    /// The slot of a booking or hold (the first one of a longer appointment).
+    SlotId,
+    /// The caller's idempotency key.
+    IdempotencyKey,
+    /// The appointment's length in minutes (or the length the bookable starts are asked for).
+    DurationMinutes,
+    /// The appointment a reschedule moves.
+    AppointmentId,
+    /// The slot a reschedule moves the appointment to.
+    NewSlotId,
+    /// The doctor whose slots, schedule or waitlist the operation is about.
+    DoctorId,
+    /// The doctor's day (of a published schedule, of a waitlist entry).
+    Date,
+    /// The end of the range of slots to close.
+    To,
+    /// Why slots are closed.
+    Reason,
+    /// A new doctor's name.
+    Name,
+    /// A new doctor's specialty.
+    Specialty,
+    /// A new doctor's time zone.
+    Timezone,
+    /// The local time a published schedule starts at.
+    StartTime,
+    /// The local time a published schedule ends at.
+    EndTime,
+    /// The length of each published slot.
+    SlotMinutes,
+    /// The seats of each published slot.
+    Capacity,
+    /// A patient's email address.
+    Email,
+    /// A patient's phone number.
+    Phone,
+    /// The locale of a patient's messages.
+    Locale,
+    /// A webhook endpoint's URL.
+    Url,
+    /// The webhook endpoint whose deliveries are listed.
+    EndpointId,
+    /// The webhook delivery to send again.
+    DeliveryId,
+    /// How many items a page holds.
+    First,
+    /// Where a page starts (a cursor of the previous page).
+    After,
+}
+
+/// Where an operation took a value from. The same field may come either way (a booking's
+/// patient is a field of its request, the patient whose contact details are read is a
+/// parameter), and callers name the two apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// A field of the request the operation takes as one value (a booking's, a new doctor's,
+    /// a new webhook endpoint's, …).
+    Request,
+    /// A parameter of the operation itself (the id of the record it is about, a page's size).
+    Parameter,
+}
+
+/// The value an answer is about: which one, and where the operation took it from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fault {
+    /// Which value.
+    pub field: Field,
+    /// Where the operation took it from.
+    pub place: Place,
+}
+
+impl Field {
+    /// This field of the operation's request.
+    pub const fn in_request(self) -> Fault {
+        Fault { field: self, place: Place::Request }
+    }
+
+    /// This parameter of the operation.
+    pub const fn as_param(self) -> Fault {
+        Fault { field: self, place: Place::Parameter }
+    }
+}
 
 /// The codes of expected refusals, reported in `userErrors`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,8 +164,8 @@ pub struct Refusal {
     pub code: RefusalCode,
     /// A sentence for people.
     pub message: String,
-    /// Path of the input field at fault, e.g. `["input", "slotId"]`.
-    pub field: Option<Vec<String>>,
+    /// The value at fault, when one is.
+    pub field: Option<Fault>,
 }
 
 impl Refusal {
@@ -68,20 +174,20 @@ impl Refusal {
         Self { code, message: message.into(), field: None }
     }
 
-    /// An `INVALID_INPUT` refusal about one input field.
-    pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
+    /// An `INVALID_INPUT` refusal about one value.
+    pub fn invalid(field: Fault, message: impl Into<String>) -> Self {
         Self::about(RefusalCode::InvalidInput, field, message)
     }
 
-    /// A refusal about one input field.
-    pub fn about(code: RefusalCode, field: &[&str], message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), field: Some(field.iter().map(|s| (*s).to_owned()).collect()) }
+    /// A refusal about one value.
+    pub fn about(code: RefusalCode, field: Fault, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), field: Some(field) }
     }
 
     // The refusals every seat-taking operation words the same way.
 
     /// `SLOT_NOT_FOUND`, about the field that named the slot.
-    pub(crate) fn slot_not_found(field: &[&str]) -> Self {
+    pub(crate) fn slot_not_found(field: Fault) -> Self {
         Self::about(RefusalCode::SlotNotFound, field, "no slot with this id")
     }
 
@@ -111,7 +217,7 @@ impl Refusal {
     }
 
     /// `IDEMPOTENCY_KEY_REUSED`, about the field that carried the key.
-    pub(crate) fn key_reused(field: &[&str]) -> Self {
+    pub(crate) fn key_reused(field: Fault) -> Self {
         Self::about(
             RefusalCode::IdempotencyKeyReused,
             field,
@@ -120,17 +226,17 @@ impl Refusal {
     }
 
     /// `APPOINTMENT_NOT_FOUND`, about the field that named the appointment.
-    pub(crate) fn appointment_not_found(field: &[&str]) -> Self {
+    pub(crate) fn appointment_not_found(field: Fault) -> Self {
         Self::about(RefusalCode::AppointmentNotFound, field, "no appointment with this id")
     }
 
     /// `APPOINTMENT_NOT_ACTIVE`, about the field that named the appointment.
-    pub(crate) fn not_active(field: &[&str]) -> Self {
+    pub(crate) fn not_active(field: Fault) -> Self {
         Self::about(RefusalCode::AppointmentNotActive, field, "this appointment is cancelled or expired")
     }
 
     /// `HOLD_EXPIRED`, about the field that named the appointment.
-    pub(crate) fn hold_expired(field: &[&str]) -> Self {
+    pub(crate) fn hold_expired(field: Fault) -> Self {
         Self::about(RefusalCode::HoldExpired, field, "this hold ran out before it was confirmed")
     }
 }
@@ -149,8 +255,8 @@ pub enum ServiceError {
     InvalidInput {
         /// A sentence for people.
         message: String,
-        /// Path of the field at fault.
-        field: Vec<String>,
+        /// The value at fault.
+        field: Fault,
     },
     /// Too many booking attempts for one patient.
     #[error("too many booking attempts for this patient; retry in {retry_after_secs} s")]
@@ -179,8 +285,11 @@ impl ServiceError {
         }
     }
 
-    /// An `INVALID_INPUT` error about one input field.
-    pub fn invalid(field: &[&str], message: impl Into<String>) -> Self {
-        Self::InvalidInput { message: message.into(), field: field.iter().map(|s| (*s).to_owned()).collect() }
+    /// An `INVALID_INPUT` error about one value.
+    pub fn invalid(field: Fault, message: impl Into<String>) -> Self {
+        Self::InvalidInput { message: message.into(), field }
     }
 }
+
+/// Answer of an operation that reports refusals as data.
+pub type Outcome<T> = Result<Result<T, Refusal>, ServiceError>;
