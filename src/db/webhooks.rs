@@ -99,6 +99,18 @@ pub async fn delete_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<boo
     Ok(endpoint::Entity::delete_by_id(id).exec(conn).await?.rows_affected > 0)
 }
 
+/// Enables an endpoint again (a `410` or anything else disabled it): the relay records
+/// deliveries for it from the next event on. `None` when the endpoint is gone.
+pub async fn enable_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<Option<endpoint::Model>, StoreError> {
+    let mut rows = endpoint::Entity::update_many()
+        .col_expr(endpoint::Column::Enabled, Expr::value(true))
+        .col_expr(endpoint::Column::DisabledAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .filter(endpoint::Column::Id.eq(id))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
 /// Replaces an endpoint's secret; the current one stays valid for signing until
 /// `previous_until` (one rotated out earlier is dropped). `None` when the endpoint is gone.
 pub async fn rotate_secret(
