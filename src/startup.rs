@@ -21,6 +21,7 @@ use crate::{
     http::{install_recorder, AppState, HttpLimits},
     model::Observers,
     notify::{NotifySettings, NotifyTasks},
+    retention::RetentionJob,
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
@@ -149,7 +150,7 @@ pub struct Application {
     webhook_tasks: WebhookTasks,
     /// The message worker: it stops after them.
     notify_tasks: NotifyTasks,
-    /// The domain's own background jobs (hold expiry).
+    /// The domain's own background jobs (hold expiry, retention).
     jobs: Jobs,
 }
 
@@ -281,8 +282,11 @@ impl Application {
             .with_hold_ttl(config.hold_ttl)
             .with_offer_ttl(config.waitlist_offer_ttl);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let jobs =
-            Jobs { handles: vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping)], stop };
+        let mut handles = vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping.clone())];
+        if let Some(keep) = config.retention {
+            handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
+        }
+        let jobs = Jobs { handles, stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let more = MoreServices { webhooks: Some(webhook_service) };
         let schema = build_schema_with(limits, Some(service.clone()), more.clone());

@@ -23,6 +23,7 @@ mod m20261201_000003_webhooks;
 mod m20261201_000004_waitlist;
 mod m20261202_000001_overlap_only;
 mod m20261202_000002_compact_checks;
+mod m20261204_000002_retention;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000004_waitlist::Migration),
             Box::new(m20261202_000001_overlap_only::Migration),
             Box::new(m20261202_000002_compact_checks::Migration),
+            Box::new(m20261204_000002_retention::Migration),
         ]
     }
 }

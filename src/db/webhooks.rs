@@ -536,6 +536,27 @@ pub async fn release(db: &Db, delivery_id: i64, token: i64, now: DateTime<Utc>) 
     Ok(())
 }
 
+/// Deletes up to `limit` finished deliveries (succeeded or failed) whose last attempt started
+/// before `before` (or, without an attempt, that were created before), their attempts with them
+/// (`ON DELETE CASCADE`), and returns how many deliveries it deleted. Pending ones are never
+/// candidates. The partial index `ix_webhook_delivery_finished` finds them; on PostgreSQL the
+/// rows are taken `SKIP LOCKED`, so instances deleting at once take disjoint rows, and a
+/// redelivery in flight (it makes the row pending) is skipped.
+pub async fn delete_finished(
+    conn: &impl ConnectionTrait,
+    before: DateTime<Utc>,
+    limit: u64,
+) -> Result<u64, StoreError> {
+    let backend = conn.get_database_backend();
+    // Predicate and key as the index spells them (see the retention migration).
+    let finished = "SELECT id FROM webhook_delivery \
+                    WHERE status <> 'PENDING' AND COALESCE(last_attempt_at, created_at) < $1 LIMIT $2";
+    let sql = format!("DELETE FROM webhook_delivery WHERE id {}", super::claimed_ids(backend, finished));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let done = conn.execute_raw(Statement::from_sql_and_values(backend, sql, [before.into(), limit.into()])).await?;
+    Ok(done.rows_affected())
+}
+
 /// When the earliest pending delivery (of every instance) is due: the partial due index's
 /// first entry, read at each idle turn of a worker.
 pub async fn next_due(conn: &impl ConnectionTrait) -> Result<Option<DateTime<Utc>>, StoreError> {

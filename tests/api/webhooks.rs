@@ -24,7 +24,7 @@ use crate::helpers::*;
 
 /// How the receiver answers one request.
 #[derive(Clone, Debug)]
-enum Reply {
+pub(crate) enum Reply {
     /// This status, empty body.
     Status(u16),
     /// `302 Found` to this path of the receiver itself.
@@ -60,7 +60,7 @@ struct ReceiverState {
 }
 
 /// A webhook receiver on 127.0.0.1.
-struct Receiver {
+pub(crate) struct Receiver {
     port: u16,
     state: Arc<ReceiverState>,
     task: tokio::task::JoinHandle<()>,
@@ -68,7 +68,7 @@ struct Receiver {
 
 impl Receiver {
     /// Answers `script` in order, then `otherwise` to every request.
-    async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
+    pub(crate) async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
         Self::start_on(0, script, otherwise).await
     }
 
@@ -85,7 +85,7 @@ impl Receiver {
     }
 
     /// The URL of its `/hook` path.
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/hook", self.port)
     }
 
@@ -151,7 +151,7 @@ where
 // The API
 
 /// The settings of a test server whose webhooks may reach the receiver on 127.0.0.1.
-const LOCAL: &[(&str, &str)] =
+pub(crate) const LOCAL: &[(&str, &str)] =
     &[("WEBHOOK_ALLOW_CIDRS", "127.0.0.0/8"), ("WEBHOOK_RETRY_SCHEDULE", "1s,1s"), ("WEBHOOK_POLL_MS", "200")];
 
 async fn spawn_local(extra: &[(&str, &str)]) -> (TestApp, TestDatabase) {
@@ -172,14 +172,14 @@ impl TestApp {
     }
 
     /// Creates an endpoint that must be accepted; returns (id, secret).
-    async fn endpoint(&self, token: &str, url: &str, events: Option<Value>) -> (String, String) {
+    pub(crate) async fn endpoint(&self, token: &str, url: &str, events: Option<Value>) -> (String, String) {
         let p = self.create_endpoint(token, url, events).await;
         assert_eq!(p["userErrors"], json!([]), "{p}");
         (p["endpoint"]["id"].as_str().unwrap().to_owned(), p["secret"].as_str().unwrap().to_owned())
     }
 
     /// An endpoint's deliveries, newest first.
-    async fn deliveries(&self, token: &str, endpoint: &str) -> Vec<Value> {
+    pub(crate) async fn deliveries(&self, token: &str, endpoint: &str) -> Vec<Value> {
         let q = format!("query($e:ID!){{webhookDeliveries(endpointId:$e,first:100){{nodes{{{DELIVERY_FIELDS}}}}}}}");
         let data = self.gql(Some(token), &q, json!({ "e": endpoint })).await;
         data["webhookDeliveries"]["nodes"].as_array().unwrap().clone()
@@ -205,7 +205,7 @@ impl TestApp {
         data["webhookEndpoints"].as_array().unwrap().clone()
     }
 
-    async fn redeliver(&self, token: &str, delivery: &str) -> Value {
+    pub(crate) async fn redeliver(&self, token: &str, delivery: &str) -> Value {
         let q = format!(
             "mutation($d:ID!){{redeliverWebhook(deliveryId:$d){{delivery{{{DELIVERY_FIELDS}}} userErrors{{code field}}}}}}"
         );
