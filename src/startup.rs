@@ -119,6 +119,7 @@ fn store_reason(err: &StoreError) -> String {
         StoreError::Db(DbErr::ConnectionAcquire(_)) => sqlx_reason(&sqlx::Error::PoolTimedOut),
         StoreError::Db(e) => e.to_string(),
         StoreError::Inconsistent(msg) => msg.clone(),
+        StoreError::Busy(_) => err.to_string(),
     }
 }
 
@@ -202,8 +203,10 @@ impl Application {
             // A booking statement per bulkhead place, and one for each batcher.
             hot_connections: config.booking_concurrency.saturating_add(2),
         };
-        let db =
-            Db::connect(&config.database, &settings).await.map_err(|e| StartupError::database(&config.database, &e))?;
+        let db = Db::connect(&config.database, &settings)
+            .await
+            .map_err(|e| StartupError::database(&config.database, &e))?
+            .with_request_wait(config.booking_queue_timeout);
         db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
         let redis = match config.redis_url.as_deref() {
             Some(url) => Some(

@@ -363,7 +363,7 @@ impl BookingService {
         new: &NewAppointment<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<(Vec<time_slot::Model>, appointment::Model)>, InsertError> {
-        let tx = self.db.begin_write().await.map_err(StoreError::from)?;
+        let tx = self.db.begin_request_write().await?;
         appointments::lock_patient(&tx, new.patient_id).await?;
         let taken = slots::take_seats(&tx, slot_ids, now).await?;
         if taken.len() != slot_ids.len() {
