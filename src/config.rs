@@ -349,6 +349,10 @@ pub struct Config {
     /// Messages one instance sends at once (`NOTIFY_CONCURRENCY`, default 32: fewer fell
     /// behind a full booking rate on two cores, see docs/benchmarks-history.md, "Sixth pass").
     pub notify_concurrency: usize,
+    /// How long sent, given-up and skipped messages and finished webhook deliveries are kept
+    /// before the retention job removes them (`RETENTION_DAYS`, default 30); `None` (`0`):
+    /// kept for ever.
+    pub retention: Option<Duration>,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
     /// How often the expiry job looks for holds that ran out (`HOLD_EXPIRY_POLL_MS`, default
@@ -787,6 +791,14 @@ impl Config {
                 1,
                 "WS_MAX_SUBSCRIPTIONS",
             )?,
+            retention: {
+                let days = at_most(
+                    parse(&get, "RETENTION_DAYS", Some(30u64), "a number of days (0 keeps them for ever)")?,
+                    MAX_RETENTION_DAYS,
+                    "RETENTION_DAYS",
+                )?;
+                (days > 0).then(|| Duration::from_secs(days * 86_400))
+            },
             hold_ttl: Duration::from_secs(at_least(
                 parse(&get, "HOLD_TTL_SECS", Some(600), "a number of seconds")?,
                 1,
@@ -834,6 +846,9 @@ impl Config {
         self.database.is_sqlite() && self.redis_url.is_none()
     }
 }
+
+/// Largest `RETENTION_DAYS`: a hundred years, far beyond any use, and far from overflowing.
+const MAX_RETENTION_DAYS: u64 = 36_500;
 
 /// `MAIL_FROM` when unset.
 pub const DEFAULT_MAIL_FROM: &str = "clinic-booking <no-reply@localhost>";
@@ -1130,6 +1145,19 @@ mod tests {
             let err = config(&vars).unwrap_err();
             assert_eq!(err.var, var, "{vars:?}");
             assert!(!err.to_string().contains(":p@"), "the password is hidden: {err}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn retention_settings() -> Result<(), ConfigError> {
+        assert_eq!(config(&[])?.retention, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(config(&[("RETENTION_DAYS", "7")])?.retention, Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(config(&[("RETENTION_DAYS", "0")])?.retention, None, "0 keeps them for ever");
+        for bad in ["-1", "30d", "1.5", "ten", "36501"] {
+            let err = config(&[("RETENTION_DAYS", bad)]).unwrap_err();
+            assert_eq!(err.var, "RETENTION_DAYS", "{bad}");
+            assert!(err.to_string().starts_with("RETENTION_DAYS="), "{err}");
         }
         Ok(())
     }

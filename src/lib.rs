@@ -26,6 +26,8 @@
 //!   through which appointment events become durable follow-up work.
 //! - [`notify`] — patients' contact details, and the emails and SMS each appointment event
 //!   sends them (a durable queue in the database, sent by a worker in every instance).
+//! - [`retention`] — the job that removes finished messages and webhook deliveries after
+//!   `RETENTION_DAYS`.
 //! - [`guard`] — burst protection: slot-list cache (shared rows), the generations that make
 //!   what was made of a read stale, rate limit, known-full rejects, bulkhead.
 //! - [`webhooks`] — partner webhooks: endpoints, deliveries recorded by the relay, signed
@@ -54,6 +56,7 @@ pub mod guard;
 pub mod http;
 pub mod model;
 pub mod notify;
+pub mod retention;
 pub mod startup;
 pub mod telemetry;
 pub mod webhooks;

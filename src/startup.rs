@@ -21,6 +21,7 @@ use crate::{
     http::{install_recorder, AppState, HttpLimits},
     model::Observers,
     notify::{NotifySettings, NotifyTasks},
+    retention::RetentionJob,
     webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
@@ -118,6 +119,7 @@ fn store_reason(err: &StoreError) -> String {
         StoreError::Db(DbErr::ConnectionAcquire(_)) => sqlx_reason(&sqlx::Error::PoolTimedOut),
         StoreError::Db(e) => e.to_string(),
         StoreError::Inconsistent(msg) => msg.clone(),
+        StoreError::Busy(_) => err.to_string(),
     }
 }
 
@@ -149,7 +151,7 @@ pub struct Application {
     webhook_tasks: WebhookTasks,
     /// The message worker: it stops after them.
     notify_tasks: NotifyTasks,
-    /// The domain's own background jobs (hold expiry).
+    /// The domain's own background jobs (hold expiry, retention).
     jobs: Jobs,
 }
 
@@ -201,8 +203,10 @@ impl Application {
             // A booking statement per bulkhead place, and one for each batcher.
             hot_connections: config.booking_concurrency.saturating_add(2),
         };
-        let db =
-            Db::connect(&config.database, &settings).await.map_err(|e| StartupError::database(&config.database, &e))?;
+        let db = Db::connect(&config.database, &settings)
+            .await
+            .map_err(|e| StartupError::database(&config.database, &e))?
+            .with_request_wait(config.booking_queue_timeout);
         db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
         let redis = match config.redis_url.as_deref() {
             Some(url) => Some(
@@ -282,8 +286,11 @@ impl Application {
             .with_hold_ttl(config.hold_ttl)
             .with_offer_ttl(config.waitlist_offer_ttl);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let jobs =
-            Jobs { handles: vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping)], stop };
+        let mut handles = vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping.clone())];
+        if let Some(keep) = config.retention {
+            handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
+        }
+        let jobs = Jobs { handles, stop };
         let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
         let more = MoreServices { webhooks: Some(webhook_service) };
         // No slot-list cache means no kept answers either: `SLOT_CACHE_TTL_MS=0` switches off both.

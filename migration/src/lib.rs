@@ -24,6 +24,7 @@ mod m20261201_000004_waitlist;
 mod m20261202_000001_overlap_only;
 mod m20261202_000002_compact_checks;
 mod m20261204_000001_event_state;
+mod m20261204_000002_retention;
 mod m20261204_000003_contacts_per_booker;
 
 /// The ordered list of every migration of the service.
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000001_overlap_only::Migration),
             Box::new(m20261202_000002_compact_checks::Migration),
             Box::new(m20261204_000001_event_state::Migration),
+            Box::new(m20261204_000002_retention::Migration),
             Box::new(m20261204_000003_contacts_per_booker::Migration),
         ]
     }

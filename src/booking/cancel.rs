@@ -44,7 +44,7 @@ impl BookingService {
         let id = record.appointment.id;
         let done = retrying(|| async {
             let now = micros(Utc::now());
-            let tx = self.db.begin_write().await?;
+            let tx = self.db.begin_request_write().await?;
             let Some(cancelled) = appointments::mark_cancelled(&tx, id, now, cancelled_by(caller)).await? else {
                 tx.rollback().await?;
                 return Ok::<_, StoreError>(None);

@@ -361,6 +361,26 @@ pub async fn depth(conn: &impl ConnectionTrait, now: DateTime<Utc>) -> Result<Qu
     }))
 }
 
+/// Deletes up to `limit` finished messages (sent, given up or skipped) whose last attempt ended
+/// before `before`, and returns how many it deleted. A finished message keeps the lease end of
+/// its last attempt in `next_attempt_at` (every attempt runs under a claim's lease), so one
+/// partial index (`ix_patient_message_finished`) finds them; pending ones, reminders not yet due
+/// among them, are never candidates. On PostgreSQL the rows are taken `SKIP LOCKED`, so
+/// instances deleting at once take disjoint rows and wait for nobody.
+pub async fn delete_finished(
+    conn: &impl ConnectionTrait,
+    before: DateTime<Utc>,
+    limit: u64,
+) -> Result<u64, StoreError> {
+    let backend = conn.get_database_backend();
+    // Predicate and key as the index spells them (see the retention migration).
+    let finished = "SELECT id FROM patient_message WHERE status <> 'PENDING' AND next_attempt_at < $1 LIMIT $2";
+    let sql = format!("DELETE FROM patient_message WHERE id {}", super::claimed_ids(backend, finished));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let done = conn.execute_raw(Statement::from_sql_and_values(backend, sql, [before.into(), limit.into()])).await?;
+    Ok(done.rows_affected())
+}
+
 /// Messages of an appointment, oldest first (for tests and support).
 pub async fn of_appointment(
     conn: &impl ConnectionTrait,

@@ -78,6 +78,10 @@ pub enum StoreError {
     /// A row broke an invariant the code relies on (a bug or a hand-edited database).
     #[error("inconsistent data: {0}")]
     Inconsistent(String),
+    /// A request's write found no turn within its wait: the SQLite file stayed locked, by a
+    /// writer of this process that waits longer (a background job) or by another process.
+    #[error("no turn to write within {0:?}: the database is busy")]
+    Busy(Duration),
 }
 
 impl StoreError {
@@ -109,6 +113,7 @@ impl StoreError {
             _ => false,
         };
         match self {
+            Self::Busy(_) => true,
             Self::Connect(e) => sqlx_busy(e),
             Self::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)) => true,
             Self::Db(DbErr::Conn(r) | DbErr::Exec(r) | DbErr::Query(r)) => {
@@ -145,6 +150,9 @@ pub struct Db {
     gate: Option<write::Gate>,
     /// SQLite: how to open the connection of its own that [`Db::migrate`] uses.
     sqlite: Option<SqliteConnectOptions>,
+    /// SQLite, once [`Db::with_request_wait`] set it: the pool of the writes a request waits
+    /// for ([`Db::begin_request_write`]), whose busy timeout is that wait, and the wait.
+    requests: Option<(DatabaseConnection, Duration)>,
     /// PostgreSQL: how its connections were opened (for [`Db::relaxed_commit`]), and the
     /// acquire timeout of its pool.
     pg: Option<(PgConnectOptions, Duration)>,
@@ -210,7 +218,32 @@ impl Db {
         };
         let statements = Arc::new(AtomicU64::new(0));
         count_into(&mut conn, &statements);
-        Ok(Self { conn, statements, hot, gate, sqlite, pg })
+        Ok(Self { conn, statements, hot, gate, sqlite, requests: None, pg })
+    }
+
+    /// The same database, whose writes for requests ([`Db::begin_request_write`]) wait at most
+    /// `wait` for SQLite's write lock (their turn at the write gate included), where the others
+    /// wait the busy timeout (30 s). On PostgreSQL, where row locks order the writers, nothing
+    /// changes.
+    ///
+    /// Why: another process holding the file's lock (a `clinic-booking migrate`, a backup, an
+    /// operator's `sqlite3` shell) made a booking wait the whole busy timeout, and with it every
+    /// writer of this process queued at the gate behind it. A request should rather answer
+    /// `OVERLOADED` within its queue timeout; background jobs keep waiting, as they lose nothing.
+    /// The busy timeout is a setting of each SQLite connection, so these writes get a pool of
+    /// their own: two connections, as the gate lets one such write run at a time.
+    pub fn with_request_wait(mut self, wait: Duration) -> Self {
+        if let Some(options) = &self.sqlite {
+            let pool = SqlitePoolOptions::new()
+                .max_connections(2)
+                .test_before_acquire(false)
+                .acquire_timeout(wait)
+                .connect_lazy_with(options.clone().busy_timeout(wait));
+            let mut conn = SqlxSqliteConnector::from_sqlx_sqlite_pool(pool);
+            count_into(&mut conn, &self.statements);
+            self.requests = Some((conn, wait));
+        }
+        self
     }
 
     /// The same database through a pool of `max_connections` whose transactions commit without
@@ -243,6 +276,7 @@ impl Db {
             hot: None,
             gate: None,
             sqlite: None,
+            requests: None,
             pg: self.pg.clone(),
         }
     }

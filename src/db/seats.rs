@@ -43,7 +43,7 @@ pub async fn take_in_transaction(
     new: &NewAppointment<'_>,
 ) -> Result<Option<Taken>, InsertError> {
     let now = new.created_at;
-    let tx = db.begin_write().await.map_err(StoreError::from)?;
+    let tx = db.begin_request_write().await?;
     appointments::lock_patient(&tx, new.patient_id).await?;
     let taken = slots::take_seats(&tx, slot_ids, now).await?;
     if taken.len() != slot_ids.len() {

@@ -99,6 +99,18 @@ pub async fn delete_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<boo
     Ok(endpoint::Entity::delete_by_id(id).exec(conn).await?.rows_affected > 0)
 }
 
+/// Enables an endpoint again (a `410` or anything else disabled it): the relay records
+/// deliveries for it from the next event on. `None` when the endpoint is gone.
+pub async fn enable_endpoint(conn: &impl ConnectionTrait, id: i64) -> Result<Option<endpoint::Model>, StoreError> {
+    let mut rows = endpoint::Entity::update_many()
+        .col_expr(endpoint::Column::Enabled, Expr::value(true))
+        .col_expr(endpoint::Column::DisabledAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .filter(endpoint::Column::Id.eq(id))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
 /// Replaces an endpoint's secret; the current one stays valid for signing until
 /// `previous_until` (one rotated out earlier is dropped). `None` when the endpoint is gone.
 pub async fn rotate_secret(
@@ -522,6 +534,27 @@ pub async fn release(db: &Db, delivery_id: i64, token: i64, now: DateTime<Utc>) 
         .exec(db.conn())
         .await?;
     Ok(())
+}
+
+/// Deletes up to `limit` finished deliveries (succeeded or failed) whose last attempt started
+/// before `before` (or, without an attempt, that were created before), their attempts with them
+/// (`ON DELETE CASCADE`), and returns how many deliveries it deleted. Pending ones are never
+/// candidates. The partial index `ix_webhook_delivery_finished` finds them; on PostgreSQL the
+/// rows are taken `SKIP LOCKED`, so instances deleting at once take disjoint rows, and a
+/// redelivery in flight (it makes the row pending) is skipped.
+pub async fn delete_finished(
+    conn: &impl ConnectionTrait,
+    before: DateTime<Utc>,
+    limit: u64,
+) -> Result<u64, StoreError> {
+    let backend = conn.get_database_backend();
+    // Predicate and key as the index spells them (see the retention migration).
+    let finished = "SELECT id FROM webhook_delivery \
+                    WHERE status <> 'PENDING' AND COALESCE(last_attempt_at, created_at) < $1 LIMIT $2";
+    let sql = format!("DELETE FROM webhook_delivery WHERE id {}", super::claimed_ids(backend, finished));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let done = conn.execute_raw(Statement::from_sql_and_values(backend, sql, [before.into(), limit.into()])).await?;
+    Ok(done.rows_affected())
 }
 
 /// When the earliest pending delivery (of every instance) is due: the partial due index's

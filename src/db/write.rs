@@ -18,7 +18,10 @@
 //!
 //! Other processes on the same file (a `clinic-booking migrate`, say) are still ordered by the
 //! busy timeout alone; a write that still fails busy answers `OVERLOADED` with
-//! `retryAfterSeconds`, never `INTERNAL` (see [`super::StoreError::is_busy`]).
+//! `retryAfterSeconds`, never `INTERNAL` (see [`super::StoreError::is_busy`]). The writes of
+//! requests that answer `OVERLOADED` rather than wait (bookings, holds, cancels:
+//! [`Db::begin_request_write`]) wait for the gate and for that lock no longer than the booking
+//! queue timeout; the others wait the whole busy timeout, a background job losing nothing by it.
 
 use std::{
     collections::HashMap,
@@ -31,7 +34,7 @@ use sea_orm::{
 };
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::Db;
+use super::{Db, StoreError};
 
 /// The write gate of one SQLite file.
 pub(super) type Gate = Arc<Mutex<()>>;
@@ -83,6 +86,22 @@ impl Db {
         let writing = self.writing().await;
         let tx = self.conn.begin().await?;
         Ok(WriteTransaction { tx, _writing: writing })
+    }
+
+    /// [`Db::begin_write`] for a request that answers `OVERLOADED` rather than wait long
+    /// (bookings, holds, cancels): on SQLite, set up by [`Db::with_request_wait`], it waits
+    /// for its turn at the gate at most that wait ([`StoreError::Busy`] after it), and its
+    /// statements wait for the file's lock at most that long too (`SQLITE_BUSY`, also
+    /// [`StoreError::is_busy`]). A waiter that gives up leaves the gate's queue without
+    /// disturbing its order. Elsewhere it is [`Db::begin_write`].
+    pub async fn begin_request_write(&self) -> Result<WriteTransaction, StoreError> {
+        let (Some(gate), Some((requests, wait))) = (&self.gate, &self.requests) else {
+            return Ok(self.begin_write().await?);
+        };
+        let turn =
+            tokio::time::timeout(*wait, Arc::clone(gate).lock_owned()).await.map_err(|_| StoreError::Busy(*wait))?;
+        let tx = requests.begin().await?;
+        Ok(WriteTransaction { tx, _writing: Writing { _turn: Some(turn) } })
     }
 }
 
@@ -197,6 +216,36 @@ mod tests {
         let row = a.conn().query_one_raw(Statement::from_string(a.backend(), "SELECT n FROM counter")).await?;
         let n: i64 = row.map_or(Ok(0), |r| r.try_get("", "n"))?;
         assert_eq!(n, TASKS as i64, "no increment was lost");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_request_write_gives_up_on_a_locked_file_within_its_wait() -> Result<(), Box<dyn std::error::Error>> {
+        use sqlx::{Connection, Executor};
+        let dir = tempfile::tempdir()?;
+        let (a, _) = two_pools(dir.path()).await?;
+        let a = a.with_request_wait(Duration::from_millis(200));
+        let update = Statement::from_string(a.backend(), "UPDATE counter SET n = n + 1");
+        // Another process holds the file's write lock: the request's statement is refused busy.
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.path().join("gate.sqlite3"));
+        let mut other = sqlx::SqliteConnection::connect_with(&options).await?;
+        other.execute("BEGIN IMMEDIATE").await?;
+        let tx = a.begin_request_write().await?;
+        let Err(refused) = tx.execute_raw(update.clone()).await else {
+            return Err("a write went through another process's lock".into());
+        };
+        assert!(StoreError::from(refused).is_busy());
+        tx.rollback().await?;
+        // A writer of this process that may wait longer holds the gate: the request gives up on
+        // its turn.
+        let background = a.writing().await;
+        assert!(matches!(a.begin_request_write().await, Err(StoreError::Busy(_))));
+        drop(background);
+        // The lock gone, requests write again.
+        other.execute("ROLLBACK").await?;
+        let tx = a.begin_request_write().await?;
+        tx.execute_raw(update).await?;
+        tx.commit().await?;
         Ok(())
     }
 

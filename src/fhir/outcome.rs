@@ -142,6 +142,12 @@ impl From<ServiceError> for FhirError {
                 Self { retry_after: Some(retry_after_secs), ..Self::new("RATE_LIMITED", err.to_string()) }
             }
             ServiceError::Overloaded => Self { retry_after: Some(1), ..Self::new("OVERLOADED", err.to_string()) },
+            // As GraphQL answers it (`graphql::error`): the database too busy to take the write
+            // (a SQLite file locked past the wait) is retryable, not a fault.
+            ServiceError::Store(inner) if inner.is_busy() => {
+                tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
+                Self { retry_after: Some(1), ..Self::new("OVERLOADED", ServiceError::Overloaded.to_string()) }
+            }
             ServiceError::Store(inner) => {
                 tracing::error!(error = %inner, "internal error");
                 Self::new("INTERNAL", "internal error")
@@ -246,5 +252,8 @@ mod tests {
         let internal =
             FhirError::from(ServiceError::Store(crate::db::StoreError::Inconsistent("secret detail".into())));
         assert_eq!(internal.message, "internal error");
+        let busy = FhirError::from(ServiceError::Store(crate::db::StoreError::Busy(std::time::Duration::from_secs(2))));
+        assert_eq!((busy.code, busy.retry_after), ("OVERLOADED", Some(1)));
+        assert_eq!(busy.into_response().status().as_u16(), 503);
     }
 }

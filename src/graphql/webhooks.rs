@@ -84,6 +84,22 @@ impl WebhookMutation {
         Ok(CreateWebhookEndpointPayload::from(outcome))
     }
 
+    /// Enables an endpoint again that a `410 Gone` (or anything else) disabled: the events that
+    /// follow reach it. Events of the time it was disabled are not sent; the deliveries that
+    /// failed when it was disabled may be redelivered. An enabled endpoint is answered as it
+    /// is. `secret` is always null here.
+    async fn enable_webhook_endpoint(&self, ctx: &Context<'_>, id: ID) -> Result<CreateWebhookEndpointPayload> {
+        let outcome = ctx.data::<WebhookService>()?.enable(caller(ctx)?, &id).await.gql()?;
+        Ok(match outcome {
+            Ok(endpoint) => CreateWebhookEndpointPayload {
+                endpoint: Some(WebhookEndpoint(endpoint)),
+                secret: None,
+                user_errors: vec![],
+            },
+            Err(r) => CreateWebhookEndpointPayload { endpoint: None, secret: None, user_errors: vec![r.into()] },
+        })
+    }
+
     /// Queues one more attempt of a delivery, at once, with the same event id and body.
     async fn redeliver_webhook(&self, ctx: &Context<'_>, delivery_id: ID) -> Result<RedeliverWebhookPayload> {
         let outcome = ctx.data::<WebhookService>()?.redeliver(caller(ctx)?, &delivery_id).await.gql()?;
@@ -170,7 +186,8 @@ impl WebhookEndpoint {
         webhooks::event::read_filter(self.0.events.as_deref()).into_iter().map(WebhookEventType::from).collect()
     }
 
-    /// False once it answered `410 Gone`: nothing more is sent to it.
+    /// False once it answered `410 Gone`: nothing more is sent to it until
+    /// `enableWebhookEndpoint`.
     async fn enabled(&self) -> bool {
         self.0.enabled
     }
@@ -245,13 +262,14 @@ pub struct CreateWebhookEndpointInput {
     pub events: Option<Vec<WebhookEventType>>,
 }
 
-/// The answer to `createWebhookEndpoint` and `rotateWebhookSecret`.
+/// The answer to `createWebhookEndpoint`, `rotateWebhookSecret` and `enableWebhookEndpoint`.
 #[derive(SimpleObject)]
 #[graphql(serial)]
 pub struct CreateWebhookEndpointPayload {
     /// The endpoint, unless refused.
     pub endpoint: Option<WebhookEndpoint>,
-    /// The signing secret (`whsec_…`), shown only in this answer.
+    /// The signing secret (`whsec_…`), shown only in this answer (null for
+    /// `enableWebhookEndpoint`, which keeps the secret).
     pub secret: Option<String>,
     /// Why it was refused; empty otherwise.
     pub user_errors: Vec<UserError>,

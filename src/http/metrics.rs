@@ -29,6 +29,9 @@
 //! due time, until the server or gateway took the message), and the gauges
 //! `notify_queue_depth` (messages due and not taken) and `notify_queue_oldest_due_seconds`
 //! (how long the oldest of them has waited), refreshed by each instance's worker every 5 s.
+//!
+//! Retention: `retention_removed_total{table=patient_message|webhook_delivery}` (rows removed
+//! after `RETENTION_DAYS`; a delivery's attempts go with it, uncounted).
 
 use std::sync::OnceLock;
 

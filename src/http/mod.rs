@@ -5,6 +5,7 @@ mod cors;
 mod graphiql;
 mod graphql;
 mod health;
+mod linger;
 mod metrics;
 mod ws;
 
@@ -62,7 +63,8 @@ pub struct HttpLimits {
 /// reference count costs less than one per field.
 type Shared = State<Arc<AppState>>;
 
-/// Serves the routes on `listener` until `shutdown` completes.
+/// Serves the routes on `listener` until `shutdown` completes; connections the server ends
+/// close lingering (see `linger`), so a client still sending a refused body reads the answer.
 ///
 /// The layers every request passes wrap the router from outside: a layer given to the router
 /// itself is applied to each route, which axum clones for every request, one boxed service per
@@ -81,7 +83,9 @@ pub async fn serve(
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(connection::UnreadBodies)
         .service(router(state));
-    axum::serve(listener, axum::ServiceExt::into_make_service(app)).with_graceful_shutdown(shutdown).await
+    axum::serve(linger::LingeringListener(listener), axum::ServiceExt::into_make_service(app))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// The service's routes (without the layers [`serve`] puts around them).

@@ -12,10 +12,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use lettre::transport::smtp::{
-    authentication::{Credentials, Mechanism},
-    client::AsyncSmtpConnection,
-    extension::ClientId,
+use lettre::{
+    address::Envelope,
+    transport::smtp::{
+        authentication::{Credentials, Mechanism},
+        client::AsyncSmtpConnection,
+        commands::{Data, Mail, Rcpt},
+        extension::{ClientId, Extension, MailBodyParameter, MailParameter},
+    },
 };
 use percent_encoding::percent_decode_str;
 
@@ -62,25 +66,27 @@ impl PlainRelay {
         })
     }
 
-    /// Sends one message, on a kept connection when one is open; a kept connection that fails
-    /// for a reason other than the relay's refusal (it closed while idle) is replaced once.
+    /// Sends one message, on a kept connection when one is open. A kept connection that turns
+    /// out gone before the relay answered anything (it closed while idle) is replaced once;
+    /// any answer of the relay, a refusal for now (4xx) included, ends the attempt, so one
+    /// attempt is at most one transaction (the worker's backoff decides when to try again).
     pub async fn send(&self, message: &lettre::Message) -> Result<(), SendError> {
         let envelope = message.envelope();
         let bytes = message.formatted();
         if let Some(mut connection) = self.take_idle() {
-            match within_timeout(connection.send(envelope, &bytes)).await {
-                Ok(_) => {
+            match transaction(&mut connection, envelope, &bytes).await {
+                Ok(()) => {
                     self.keep(connection);
                     return Ok(());
                 }
-                Err(Failure::Refused(error)) => return Err(error),
-                Err(Failure::Broken(error)) => {
-                    tracing::debug!(%error, "kept SMTP connection failed; sending on a new one");
+                Err(Failure::Ended(error)) => return Err(error),
+                Err(Failure::Unanswered(error)) => {
+                    tracing::debug!(%error, "kept SMTP connection gone; sending on a new one");
                 }
             }
         }
         let mut connection = self.connect().await.map_err(Failure::into_error)?;
-        within_timeout(connection.send(envelope, &bytes)).await.map_err(Failure::into_error)?;
+        transaction(&mut connection, envelope, &bytes).await.map_err(Failure::into_error)?;
         self.keep(connection);
         Ok(())
     }
@@ -106,15 +112,15 @@ impl PlainRelay {
 
     /// Connects with `TCP_NODELAY`, reads the greeting, says EHLO and authenticates.
     async fn connect(&self) -> Result<AsyncSmtpConnection, Failure> {
-        let broken = |what: &str, e: &dyn std::fmt::Display| {
-            Failure::Broken(SendError(format!("SMTP: {what} {}:{}: {e}", self.host, self.port)))
+        let failed = |what: &str, e: &dyn std::fmt::Display| {
+            Failure::Ended(SendError(format!("SMTP: {what} {}:{}: {e}", self.host, self.port)))
         };
         let stream =
             tokio::time::timeout(SMTP_TIMEOUT, tokio::net::TcpStream::connect((self.host.as_str(), self.port)))
                 .await
-                .map_err(|e| broken("connecting to", &e))?
-                .map_err(|e| broken("connecting to", &e))?;
-        stream.set_nodelay(true).map_err(|e| broken("setting TCP_NODELAY for", &e))?;
+                .map_err(|e| failed("connecting to", &e))?
+                .map_err(|e| failed("connecting to", &e))?;
+        stream.set_nodelay(true).map_err(|e| failed("setting TCP_NODELAY for", &e))?;
         let mut connection =
             within_timeout(AsyncSmtpConnection::connect_with_transport(Box::new(stream), &self.hello)).await?;
         if let Some(credentials) = &self.credentials {
@@ -126,28 +132,98 @@ impl PlainRelay {
 
 /// How an exchange with the relay failed.
 enum Failure {
-    /// The relay answered 5xx: the message itself is refused, and a new connection would not help.
-    Refused(SendError),
-    /// The connection failed or timed out, or the relay answered 4xx.
-    Broken(SendError),
+    /// The connection failed before the relay answered anything (closed, reset, silent): no
+    /// transaction began, so a fresh connection may carry the message in the same attempt.
+    Unanswered(SendError),
+    /// The relay answered (a 4xx or 5xx refusal), the exchange broke once a transaction had
+    /// begun, or a fresh connection failed: the attempt is over.
+    Ended(SendError),
 }
 
 impl Failure {
     fn into_error(self) -> SendError {
         match self {
-            Self::Refused(e) | Self::Broken(e) => e,
+            Self::Unanswered(e) | Self::Ended(e) => e,
         }
     }
 }
 
-/// Runs one exchange within [`SMTP_TIMEOUT`], sorting its failure.
+/// One transaction (`MAIL`, `RCPT` each, `DATA`, the message) within [`SMTP_TIMEOUT`], as
+/// lettre's `AsyncSmtpConnection::send` does it, but telling a connection that never answered
+/// `MAIL` apart from one that answered, or broke later (when the relay may have the message).
+/// A connection that failed is closed: it is never kept.
+async fn transaction(connection: &mut AsyncSmtpConnection, envelope: &Envelope, bytes: &[u8]) -> Result<(), Failure> {
+    let deadline = tokio::time::Instant::now() + SMTP_TIMEOUT;
+    let result = async {
+        let mail = Mail::new(envelope.from().cloned(), mail_parameters(connection, envelope, bytes)?);
+        match tokio::time::timeout_at(deadline, connection.command(mail)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.is_transient() || e.is_permanent() => return Err(Failure::Ended(smtp_error(&e))),
+            Ok(Err(e)) => return Err(Failure::Unanswered(smtp_error(&e))),
+            Err(_) => return Err(Failure::Unanswered(no_answer())),
+        }
+        for to in envelope.to() {
+            within(deadline, connection.command(Rcpt::new(to.clone(), Vec::new()))).await?;
+        }
+        within(deadline, connection.command(Data)).await?;
+        within(deadline, connection.message(bytes)).await?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        // QUIT when the relay still listens (after a refusal), bounded: a dead one never answers.
+        let _ = tokio::time::timeout_at(deadline, connection.abort()).await;
+    }
+    result
+}
+
+/// The `MAIL` parameters the message needs, as lettre's `send` chooses them: `SMTPUTF8` for
+/// non-ASCII addresses, `BODY=8BITMIME` for non-ASCII content, refused when the relay lacks them.
+fn mail_parameters(
+    connection: &AsyncSmtpConnection,
+    envelope: &Envelope,
+    bytes: &[u8],
+) -> Result<Vec<MailParameter>, Failure> {
+    let refused =
+        |what: &str| Failure::Ended(SendError(format!("SMTP: {what}, which the mail server does not support")));
+    let mut parameters = Vec::new();
+    let addresses = envelope.from().into_iter().chain(envelope.to());
+    if addresses.map(AsRef::<str>::as_ref).any(|a| !a.is_ascii()) {
+        if !connection.server_info().supports_feature(Extension::SmtpUtfEight) {
+            return Err(refused("non-ASCII addresses need SMTPUTF8"));
+        }
+        parameters.push(MailParameter::SmtpUtfEight);
+    }
+    if !bytes.is_ascii() {
+        if !connection.server_info().supports_feature(Extension::EightBitMime) {
+            return Err(refused("non-ASCII content needs 8BITMIME"));
+        }
+        parameters.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+    Ok(parameters)
+}
+
+/// One exchange of a begun transaction, by `deadline`: any failure ends the attempt.
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    exchange: impl std::future::Future<Output = Result<T, lettre::transport::smtp::Error>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout_at(deadline, exchange).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Failure::Ended(smtp_error(&e))),
+        Err(_) => Err(Failure::Ended(no_answer())),
+    }
+}
+
+/// The error of an exchange the relay did not finish within [`SMTP_TIMEOUT`].
+fn no_answer() -> SendError {
+    SendError(format!("SMTP: no answer within {} s", SMTP_TIMEOUT.as_secs()))
+}
+
+/// Runs one exchange of setting up a connection within [`SMTP_TIMEOUT`]: any failure ends the
+/// attempt (a fresh connection that fails is not tried again in it).
 async fn within_timeout<T>(
     exchange: impl std::future::Future<Output = Result<T, lettre::transport::smtp::Error>>,
 ) -> Result<T, Failure> {
-    match tokio::time::timeout(SMTP_TIMEOUT, exchange).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) if e.is_permanent() => Err(Failure::Refused(smtp_error(&e))),
-        Ok(Err(e)) => Err(Failure::Broken(smtp_error(&e))),
-        Err(_) => Err(Failure::Broken(SendError(format!("SMTP: no answer within {} s", SMTP_TIMEOUT.as_secs())))),
-    }
+    within(tokio::time::Instant::now() + SMTP_TIMEOUT, exchange).await
 }

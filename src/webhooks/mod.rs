@@ -153,6 +153,26 @@ impl WebhookService {
         Ok(Ok(WithSecret { endpoint, secret }))
     }
 
+    /// `enableWebhookEndpoint`: an endpoint a `410` (or anything else) disabled gets the events
+    /// that follow again (the deliveries failed meanwhile stay failed; each may be redelivered).
+    /// An enabled one is answered as it is, without a write.
+    pub async fn enable(&self, caller: &Caller, raw_id: &str) -> Outcome<webhook_endpoint::Model> {
+        managing_role(caller)?;
+        let endpoint = match self.visible_endpoint(caller, raw_id).await? {
+            Ok(e) => e,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if endpoint.enabled {
+            return Ok(Ok(endpoint));
+        }
+        let _writing = self.db.writing().await;
+        let Some(endpoint) = store::enable_endpoint(self.db.conn(), endpoint.id).await? else {
+            return Ok(Err(unknown(Field::Id, "webhook endpoint")));
+        };
+        tracing::info!(endpoint = endpoint.id, "webhook endpoint enabled again");
+        Ok(Ok(endpoint))
+    }
+
     /// `redeliverWebhook`: one more attempt of a delivery, due now, same event id and body.
     pub async fn redeliver(&self, caller: &Caller, raw_id: &str) -> Outcome<webhook_delivery::Model> {
         managing_role(caller)?;
@@ -170,7 +190,7 @@ impl WebhookService {
         if !endpoint.enabled {
             return Ok(Err(Refusal::invalid(
                 Field::DeliveryId.as_param(),
-                "the endpoint is disabled (it answered 410 Gone); create a new endpoint",
+                "the endpoint is disabled (it answered 410 Gone); enable it with enableWebhookEndpoint first",
             )));
         }
         let _writing = self.db.writing().await;

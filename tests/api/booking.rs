@@ -98,3 +98,69 @@ async fn internal_failures_are_masked_and_roll_back() {
     assert_eq!(still["appointment"]["status"], "BOOKED");
     app.assert_counts_consistent().await;
 }
+
+/// The settings of a server whose requests wait at most a second for the database.
+const QUEUE_TIMEOUT: (&str, &str) = ("BOOKING_QUEUE_TIMEOUT_MS", "1000");
+
+#[tokio::test]
+async fn a_foreign_lock_on_the_sqlite_file_makes_bookings_overloaded_not_wait() {
+    use sqlx::{Connection, Executor};
+    let database = TestDatabase::new().await;
+    let Some(file) = database.url.strip_prefix("sqlite://") else {
+        println!("skipped: SQLite only (another process locking the database file)");
+        return;
+    };
+    let app = TestApp::spawn_on(&database, &[QUEUE_TIMEOUT]).await;
+    let (_, slot) = app.doctor_with_slot(10).await;
+    let booked = app.book(&patient(1), &slot, "before", None).await;
+    let to_cancel = booked["appointment"]["id"].as_str().unwrap().to_owned();
+
+    // Another process takes the file's write lock, as `sqlite3` in a shell would.
+    let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{file}")).await.unwrap();
+    other.execute("BEGIN IMMEDIATE").await.unwrap();
+    let hold =
+        "mutation($s:ID!,$k:String!){holdSlot(input:{slotId:$s,idempotencyKey:$k}){appointment{id} userErrors{code}}}";
+    let cancel = "mutation($id:ID!){cancelAppointment(id:$id){cancelled userErrors{code}}}";
+    for (what, token, query, variables) in [
+        ("book", patient(2), BOOK, json!({ "s": slot, "k": "during-1" })),
+        ("hold", patient(3), hold, json!({ "s": slot, "k": "during-2" })),
+        ("cancel", patient(1), cancel, json!({ "id": to_cancel })),
+    ] {
+        let started = std::time::Instant::now();
+        let (status, body) = app.post(Some(&token), query, variables).await;
+        let waited = started.elapsed();
+        assert_eq!(status, 200, "{what}: {body}");
+        assert_eq!(body["errors"][0]["extensions"]["code"], "OVERLOADED", "{what}: {body}");
+        assert_eq!(body["errors"][0]["extensions"]["retryAfterSeconds"], 1, "{what}: {body}");
+        // A sanity bound, well under the 30 s busy timeout: it did not wait for the lock.
+        assert!(waited < std::time::Duration::from_secs(10), "{what} answered after {waited:?}");
+    }
+
+    // FHIR's `$book` is the same booking: 503 with the same code.
+    let body = json!({ "resourceType": "Parameters", "parameter": [
+        { "name": "slot", "valueReference": { "reference": format!("Slot/{slot}") } },
+    ] });
+    let fhir = app
+        .client
+        .post(format!("{}/fhir/Appointment/$book", app.address))
+        .bearer_auth(patient(4))
+        .header("content-type", "application/fhir+json")
+        .header("idempotency-key", "during-fhir")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fhir.status(), 503);
+    assert_eq!(fhir.headers()["retry-after"], "1");
+    let outcome: serde_json::Value = fhir.json().await.unwrap();
+    assert_eq!(outcome["issue"][0]["details"]["coding"][0]["code"], "OVERLOADED", "{outcome}");
+
+    // The lock goes: bookings and cancels work again, and nothing was taken meanwhile.
+    other.execute("ROLLBACK").await.unwrap();
+    other.close().await.unwrap();
+    let after = app.book(&patient(2), &slot, "after", None).await;
+    assert_eq!(after["appointment"]["status"], "BOOKED", "{after}");
+    assert_eq!(app.cancel(&patient(1), &to_cancel).await["cancelled"], true);
+    assert_eq!(app.slot(&slot).await["bookedCount"], 1);
+    app.assert_counts_consistent().await;
+}

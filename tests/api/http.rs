@@ -319,6 +319,58 @@ async fn answers_that_end_the_connection_say_connection_close() {
     }
 }
 
+/// Writes all of `request` on a new connection before reading anything, then reads until the
+/// server closes: the answer, or the error the client saw (a reset, when the server closed with
+/// the body unread). The client's send buffer is kept small, as over a real network: loopback
+/// would otherwise take megabytes into its buffers, and the client be done writing before the
+/// server closed.
+async fn write_all_then_read(app: &TestApp, request: &[u8]) -> Result<String, std::io::Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let patience = std::time::Duration::from_secs(30);
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_send_buffer_size(64 * 1024)?;
+    let mut stream = socket.connect(([127, 0, 0, 1], app.port).into()).await?;
+    tokio::time::timeout(patience, stream.write_all(request)).await.expect("the server takes the body")?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(patience, stream.read_to_end(&mut answer)).await.expect("the server closes")?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test]
+async fn a_body_far_over_the_limit_gets_its_413_read_not_a_reset() {
+    let (app, _db) = TestApp::spawn().await;
+    let body = vec![b' '; 1_500_000];
+    // The whole length declared: refused before any of it is read, and read after the answer.
+    let mut declared = format!(
+        "POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    declared.extend_from_slice(&body);
+    // In chunks: refused once past the limit, the rest read after the answer.
+    let mut chunked =
+        b"POST /graphql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    for chunk in body.chunks(64 * 1024) {
+        chunked.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        chunked.extend_from_slice(chunk);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    for (what, request) in [("declared", declared), ("chunked", chunked)] {
+        let answer = write_all_then_read(&app, &request).await;
+        let answer = answer.unwrap_or_else(|e| panic!("{what}: the client saw {e} instead of the answer"));
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{what}: {answer}");
+        assert!(answer.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{what}: {answer}");
+        assert!(answer.contains("BAD_REQUEST"), "{what}: {answer}");
+    }
+    // The server still answers as before, on a kept connection.
+    for _ in 0..2 {
+        let (status, _) = app.post(None, "{doctors(first:1){edges{cursor}}}", json!({})).await;
+        assert_eq!(status, 200);
+    }
+}
+
 #[tokio::test]
 async fn a_malformed_date_refuses_the_whole_request_before_anything_runs() {
     let (app, _db) = TestApp::spawn().await;

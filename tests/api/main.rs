@@ -18,6 +18,7 @@ mod messages;
 mod queries;
 mod races;
 mod replays;
+mod retention;
 mod roles;
 mod schedules;
 mod schema;

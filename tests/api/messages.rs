@@ -461,6 +461,41 @@ async fn a_mail_server_refusing_with_5xx_for_a_while_is_retried() {
 }
 
 #[tokio::test]
+async fn a_refusal_for_now_ends_the_attempt_even_on_a_kept_connection() {
+    // The first message leaves a kept connection; the server refuses every later one with 451.
+    let Some(sink) = SmtpSink::start_refusing_for_now_after(1).await else {
+        return;
+    };
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(
+        &database,
+        &[
+            NO_REMINDERS,
+            ("SMTP_URL", &sink.url()),
+            ("MAIL_FROM", FROM),
+            ("NOTIFY_MAX_ATTEMPTS", "4"),
+            ("NOTIFY_RETRY_MAX_SECS", "1"),
+        ],
+    )
+    .await;
+    for id in [971, 972] {
+        set_contact(&app, &patient(id), json!({ "email": format!("p{id}@example.org") })).await;
+    }
+    let (_, slot) = app.doctor_with_slot(2).await;
+    book(&app, 971, &slot, "taken").await;
+    assert_eq!(sink.wait_for(1).await[0].rcpt_tos, ["p971@example.org"]);
+    let id = book(&app, 972, &slot, "refused-for-now").await;
+    let failed = eventually("the message given up", || async {
+        recorded(&app, &id).await.into_iter().find(|m| m.status == "FAILED")
+    })
+    .await;
+    assert_eq!(failed.attempts, 4, "{failed:?}");
+    assert!(failed.last_error.as_deref().is_some_and(|e| e.contains("451")), "{failed:?}");
+    assert_eq!(sink.refused(), 4, "one DATA transaction per attempt, the kept connection's included");
+    assert_eq!(sink.received().len(), 1);
+}
+
+#[tokio::test]
 async fn a_restart_loses_no_message_and_sends_it_once() {
     let port = free_port();
     let database = TestDatabase::new().await;

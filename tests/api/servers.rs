@@ -114,6 +114,17 @@ impl SmtpSink {
 
     /// [`Self::start`], answering the first `refuse` messages with an SMTP 554.
     pub(crate) async fn start_refusing(port: Option<u16>, refuse: usize) -> Option<Self> {
+        Self::launch(port, &["--refuse-first".to_owned(), refuse.to_string()]).await
+    }
+
+    /// [`Self::start`], taking the first `taken` messages and answering every later one with
+    /// an SMTP 451 (a refusal for now).
+    pub(crate) async fn start_refusing_for_now_after(taken: usize) -> Option<Self> {
+        Self::launch(None, &["--refuse-after".to_owned(), taken.to_string(), "--temporary".to_owned()]).await
+    }
+
+    /// Starts `smtp_sink.py` with `args` besides its directory and port.
+    async fn launch(port: Option<u16>, args: &[String]) -> Option<Self> {
         let python = Self::python();
         if crate::helpers::skip_without("Python with aiosmtpd (see .ci/run)", python.is_some()) {
             return None;
@@ -126,7 +137,7 @@ impl SmtpSink {
             .arg("--dir")
             .arg(dir.path())
             .args(["--port", &port.unwrap_or(0).to_string()])
-            .args(["--refuse-first", &refuse.to_string()])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -169,6 +180,15 @@ impl SmtpSink {
                 }
             })
             .collect()
+    }
+
+    /// How many DATA transactions it refused so far.
+    pub(crate) fn refused(&self) -> usize {
+        std::fs::read_dir(self.dir.path())
+            .expect("sink dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "refused"))
+            .count()
     }
 
     /// Waits until at least `n` messages arrived; returns all of them.

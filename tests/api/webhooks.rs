@@ -24,7 +24,7 @@ use crate::helpers::*;
 
 /// How the receiver answers one request.
 #[derive(Clone, Debug)]
-enum Reply {
+pub(crate) enum Reply {
     /// This status, empty body.
     Status(u16),
     /// `302 Found` to this path of the receiver itself.
@@ -60,7 +60,7 @@ struct ReceiverState {
 }
 
 /// A webhook receiver on 127.0.0.1.
-struct Receiver {
+pub(crate) struct Receiver {
     port: u16,
     state: Arc<ReceiverState>,
     task: tokio::task::JoinHandle<()>,
@@ -68,7 +68,7 @@ struct Receiver {
 
 impl Receiver {
     /// Answers `script` in order, then `otherwise` to every request.
-    async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
+    pub(crate) async fn start(script: Vec<Reply>, otherwise: Reply) -> Self {
         Self::start_on(0, script, otherwise).await
     }
 
@@ -85,7 +85,7 @@ impl Receiver {
     }
 
     /// The URL of its `/hook` path.
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/hook", self.port)
     }
 
@@ -151,7 +151,7 @@ where
 // The API
 
 /// The settings of a test server whose webhooks may reach the receiver on 127.0.0.1.
-const LOCAL: &[(&str, &str)] =
+pub(crate) const LOCAL: &[(&str, &str)] =
     &[("WEBHOOK_ALLOW_CIDRS", "127.0.0.0/8"), ("WEBHOOK_RETRY_SCHEDULE", "1s,1s"), ("WEBHOOK_POLL_MS", "200")];
 
 async fn spawn_local(extra: &[(&str, &str)]) -> (TestApp, TestDatabase) {
@@ -172,14 +172,14 @@ impl TestApp {
     }
 
     /// Creates an endpoint that must be accepted; returns (id, secret).
-    async fn endpoint(&self, token: &str, url: &str, events: Option<Value>) -> (String, String) {
+    pub(crate) async fn endpoint(&self, token: &str, url: &str, events: Option<Value>) -> (String, String) {
         let p = self.create_endpoint(token, url, events).await;
         assert_eq!(p["userErrors"], json!([]), "{p}");
         (p["endpoint"]["id"].as_str().unwrap().to_owned(), p["secret"].as_str().unwrap().to_owned())
     }
 
     /// An endpoint's deliveries, newest first.
-    async fn deliveries(&self, token: &str, endpoint: &str) -> Vec<Value> {
+    pub(crate) async fn deliveries(&self, token: &str, endpoint: &str) -> Vec<Value> {
         let q = format!("query($e:ID!){{webhookDeliveries(endpointId:$e,first:100){{nodes{{{DELIVERY_FIELDS}}}}}}}");
         let data = self.gql(Some(token), &q, json!({ "e": endpoint })).await;
         data["webhookDeliveries"]["nodes"].as_array().unwrap().clone()
@@ -205,7 +205,7 @@ impl TestApp {
         data["webhookEndpoints"].as_array().unwrap().clone()
     }
 
-    async fn redeliver(&self, token: &str, delivery: &str) -> Value {
+    pub(crate) async fn redeliver(&self, token: &str, delivery: &str) -> Value {
         let q = format!(
             "mutation($d:ID!){{redeliverWebhook(deliveryId:$d){{delivery{{{DELIVERY_FIELDS}}} userErrors{{code field}}}}}}"
         );
@@ -220,6 +220,12 @@ impl TestApp {
     async fn rotate(&self, token: &str, id: &str) -> Value {
         let q = "mutation($i:ID!){rotateWebhookSecret(id:$i){endpoint{id} secret userErrors{code field}}}";
         self.gql(Some(token), q, json!({ "i": id })).await["rotateWebhookSecret"].clone()
+    }
+
+    async fn enable(&self, token: &str, id: &str) -> Value {
+        let q =
+            "mutation($i:ID!){enableWebhookEndpoint(id:$i){endpoint{id url enabled} secret userErrors{code field}}}";
+        self.gql(Some(token), q, json!({ "i": id })).await["enableWebhookEndpoint"].clone()
     }
 
     /// Books a fresh slot as partner `sub` for patient `patient`; returns the appointment id.
@@ -530,6 +536,45 @@ async fn gone_disables_the_endpoint_and_stops_what_is_pending() {
 }
 
 #[tokio::test]
+async fn an_endpoint_enabled_again_gets_the_events_that_follow() {
+    let (app, _db) = spawn_local(&[]).await;
+    let receiver = Receiver::start(vec![Reply::Status(410)], Reply::Status(200)).await;
+    let (a, b) = (partner("acme"), partner("other"));
+    let (endpoint, _) = app.endpoint(&a, &receiver.url(), None).await;
+    app.partner_books("acme", 1).await;
+    app.deliveries_when(&a, &endpoint, "the delivery failed", |d| statuses(d) == ["FAILED"]).await;
+    assert_eq!(app.endpoints(&a).await[0]["enabled"], false);
+
+    // Another partner's id answers as an unknown one does, and changes nothing.
+    let refused = app.enable(&b, &endpoint).await;
+    assert_eq!(user_error(&refused), Some("INVALID_INPUT"), "{refused}");
+    assert_eq!(refused["userErrors"], app.enable(&b, "999999").await["userErrors"], "no existence oracle");
+    assert_eq!(refused["userErrors"], app.rotate(&b, &endpoint).await["userErrors"], "as rotateWebhookSecret");
+    assert_eq!(user_error(&app.enable(&a, "x").await), Some("INVALID_INPUT"));
+    assert_eq!(app.endpoints(&a).await[0]["enabled"], false);
+
+    // Its owner enables it, twice: the second answers the same and changes nothing.
+    for _ in 0..2 {
+        let enabled = app.enable(&a, &endpoint).await;
+        assert_eq!(enabled["userErrors"], json!([]), "{enabled}");
+        assert_eq!(enabled["endpoint"]["id"], endpoint.as_str());
+        assert_eq!(enabled["endpoint"]["enabled"], true);
+        assert_eq!(enabled["endpoint"]["url"], receiver.url());
+        assert!(enabled["secret"].is_null(), "{enabled}");
+    }
+    assert_eq!(app.endpoints(&a).await[0]["enabled"], true);
+
+    // The next booking's event reaches it.
+    let next = app.partner_books("acme", 2).await;
+    let got = receiver.wait_for(2).await;
+    assert_eq!(got[1].json()["data"]["appointment"]["id"], next.as_str());
+    let d = app.deliveries_when(&a, &endpoint, "the new delivery", |d| statuses(d) == ["SUCCEEDED", "FAILED"]).await;
+    assert_eq!(d[0]["attempts"], 1);
+    // An admin may enable any endpoint (it is enabled already: answered as it is).
+    assert_eq!(app.enable(&admin(), &endpoint).await["endpoint"]["enabled"], true);
+}
+
+#[tokio::test]
 async fn redirects_are_not_followed() {
     let (app, _db) = spawn_local(&[("WEBHOOK_RETRY_SCHEDULE", "1h")]).await;
     let receiver = Receiver::start(vec![Reply::Redirect("/elsewhere")], Reply::Status(200)).await;
@@ -762,10 +807,11 @@ async fn only_partners_and_admins_manage_endpoints() {
     let (app, _db) = spawn_local(&[]).await;
     let url = "https://hooks.example.invalid/x";
     let create = json!({ "u": url });
-    let queries: [(&str, Value); 6] = [
+    let queries: [(&str, Value); 7] = [
         (CREATE, create),
         ("mutation{deleteWebhookEndpoint(id:\"1\"){deleted}}", json!({})),
         ("mutation{rotateWebhookSecret(id:\"1\"){secret}}", json!({})),
+        ("mutation{enableWebhookEndpoint(id:\"1\"){secret}}", json!({})),
         ("mutation{redeliverWebhook(deliveryId:\"1\"){delivery{id}}}", json!({})),
         ("{webhookEndpoints{id}}", json!({})),
         ("{webhookDeliveries(endpointId:\"1\"){nodes{id}}}", json!({})),
