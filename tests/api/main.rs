@@ -24,3 +24,4 @@ mod servers;
 mod subscriptions;
 mod waitlist;
 mod webhooks;
+mod widget;
