@@ -1,4 +1,5 @@
-//! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness and metrics.
+//! HTTP: the router, GraphQL over HTTP and WebSocket, health, readiness, metrics and the
+//! embeddable availability widget.
 
 mod connection;
 mod cors;
@@ -7,6 +8,7 @@ mod graphql;
 mod health;
 mod linger;
 mod metrics;
+mod widget;
 mod ws;
 
 use std::sync::Arc;
@@ -91,13 +93,16 @@ pub async fn serve(
 /// The service's routes (without the layers [`serve`] puts around them).
 pub fn router(mut state: AppState) -> Router {
     // The CORS policy of every route browsers may call from other sites (see `cors::Cors`):
-    // `/graphql`, and FHIR under `/fhir` with its own state.
+    // `/graphql`, FHIR under `/fhir` with its own state, and the widget's module, which other
+    // sites' pages load as a module script (fetched in CORS mode).
     let cors = cors::Cors::new(state.origins.clone());
     let fhir = state.fhir.take().map(|fhir| crate::fhir::router(fhir).layer(cors.clone()));
     let router = Router::new()
-        .route("/graphql", post(graphql::post).get(graphql::get).layer(cors))
+        .route("/graphql", post(graphql::post).get(graphql::get).layer(cors.clone()))
         .route("/graphql/ws", get(ws::upgrade))
         .route("/graphql/assets/{file}", get(graphiql::asset))
+        .route("/widget", get(widget::page))
+        .route("/widget/clinic-availability.js", get(widget::script).layer(cors))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::render));

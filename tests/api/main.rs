@@ -27,3 +27,4 @@ mod servers;
 mod subscriptions;
 mod waitlist;
 mod webhooks;
+mod widget;

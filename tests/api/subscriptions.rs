@@ -367,19 +367,21 @@ async fn a_booking_on_one_instance_reaches_a_subscriber_on_another() {
 }
 
 /// A private `redis-server` on its own port, restartable on that port.
-struct PrivateRedis {
+pub(crate) struct PrivateRedis {
     port: u16,
     child: Option<std::process::Child>,
 }
 
 impl PrivateRedis {
-    async fn start() -> Option<Self> {
+    /// Starts one on a free port; `None` when `redis-server` is not on `PATH`.
+    pub(crate) async fn start() -> Option<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
         let mut redis = Self { port, child: None };
         redis.spawn().await.then_some(redis)
     }
 
-    async fn spawn(&mut self) -> bool {
+    /// Starts it (again) on its port; true once it accepts connections.
+    pub(crate) async fn spawn(&mut self) -> bool {
         let child = std::process::Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .stdout(std::process::Stdio::null())
@@ -396,11 +398,13 @@ impl PrivateRedis {
         false
     }
 
-    fn url(&self) -> String {
+    /// Its `REDIS_URL`.
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    fn stop(&mut self) {
+    /// Stops it, as a crash would.
+    pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
