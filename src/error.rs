@@ -75,6 +75,42 @@ pub enum Field {
     After,
 }
 
+impl Field {
+    /// The value's name as callers write it in a request (`slotId`), which the transports use
+    /// unless they have a name of their own. No wildcard: a new field does not compile until
+    /// it has a name here.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Id => "id",
+            Self::PatientId => "patientId",
+            Self::SlotId => "slotId",
+            Self::IdempotencyKey => "idempotencyKey",
+            Self::DurationMinutes => "durationMinutes",
+            Self::AppointmentId => "appointmentId",
+            Self::NewSlotId => "newSlotId",
+            Self::DoctorId => "doctorId",
+            Self::Date => "date",
+            Self::To => "to",
+            Self::Reason => "reason",
+            Self::Name => "name",
+            Self::Specialty => "specialty",
+            Self::Timezone => "timezone",
+            Self::StartTime => "startTime",
+            Self::EndTime => "endTime",
+            Self::SlotMinutes => "slotMinutes",
+            Self::Capacity => "capacity",
+            Self::Email => "email",
+            Self::Phone => "phone",
+            Self::Locale => "locale",
+            Self::Url => "url",
+            Self::EndpointId => "endpointId",
+            Self::DeliveryId => "deliveryId",
+            Self::First => "first",
+            Self::After => "after",
+        }
+    }
+}
+
 /// Where an operation took a value from. The same field may come either way (a booking's
 /// patient is a field of its request, the patient whose contact details are read is a
 /// parameter), and callers name the two apart.

@@ -157,37 +157,16 @@ impl From<ServiceError> for FhirError {
 }
 
 /// How a FHIR answer names the value at fault: the `$hold`/`$book` parameter or header that
-/// carries it, else its name in the request. `subject` is what the operation's own id stands
-/// for where that is not plain `id` (`appointment` for `$book` of a hold). No wildcard: a new
-/// field does not compile until it has its name here.
+/// carries it, else its name in the request ([`Field::name`]). `subject` is what the
+/// operation's own id stands for where that is not plain `id` (`appointment` for `$book` of a
+/// hold).
 pub fn expression(field: Field, subject: Option<&'static str>) -> &'static str {
     match field {
         Field::SlotId => "slot",
         Field::PatientId => "patient",
         Field::IdempotencyKey => "Idempotency-Key",
         Field::Id => subject.unwrap_or("id"),
-        Field::DurationMinutes => "durationMinutes",
-        Field::AppointmentId => "appointmentId",
-        Field::NewSlotId => "newSlotId",
-        Field::DoctorId => "doctorId",
-        Field::Date => "date",
-        Field::To => "to",
-        Field::Reason => "reason",
-        Field::Name => "name",
-        Field::Specialty => "specialty",
-        Field::Timezone => "timezone",
-        Field::StartTime => "startTime",
-        Field::EndTime => "endTime",
-        Field::SlotMinutes => "slotMinutes",
-        Field::Capacity => "capacity",
-        Field::Email => "email",
-        Field::Phone => "phone",
-        Field::Locale => "locale",
-        Field::Url => "url",
-        Field::EndpointId => "endpointId",
-        Field::DeliveryId => "deliveryId",
-        Field::First => "first",
-        Field::After => "after",
+        other => other.name(),
     }
 }
 

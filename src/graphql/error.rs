@@ -11,7 +11,7 @@
 
 use async_graphql::{Error, ErrorExtensionValues, ErrorExtensions, Response};
 
-use crate::error::{Fault, Field, Place, ServiceError};
+use crate::error::{Fault, Place, ServiceError};
 
 /// The stable codes of top-level errors.
 pub mod code {
@@ -66,40 +66,7 @@ pub fn field_path(fault: Fault) -> impl Iterator<Item = &'static str> {
         Place::Request => Some("input"),
         Place::Parameter => None,
     };
-    input.into_iter().chain(std::iter::once(schema_name(fault.field)))
-}
-
-/// The name the schema gives each value, as an input field and as an argument alike. No
-/// wildcard: a new field does not compile until it has its name here.
-fn schema_name(field: Field) -> &'static str {
-    match field {
-        Field::Id => "id",
-        Field::PatientId => "patientId",
-        Field::SlotId => "slotId",
-        Field::IdempotencyKey => "idempotencyKey",
-        Field::DurationMinutes => "durationMinutes",
-        Field::AppointmentId => "appointmentId",
-        Field::NewSlotId => "newSlotId",
-        Field::DoctorId => "doctorId",
-        Field::Date => "date",
-        Field::To => "to",
-        Field::Reason => "reason",
-        Field::Name => "name",
-        Field::Specialty => "specialty",
-        Field::Timezone => "timezone",
-        Field::StartTime => "startTime",
-        Field::EndTime => "endTime",
-        Field::SlotMinutes => "slotMinutes",
-        Field::Capacity => "capacity",
-        Field::Email => "email",
-        Field::Phone => "phone",
-        Field::Locale => "locale",
-        Field::Url => "url",
-        Field::EndpointId => "endpointId",
-        Field::DeliveryId => "deliveryId",
-        Field::First => "first",
-        Field::After => "after",
-    }
+    input.into_iter().chain(std::iter::once(fault.field.name()))
 }
 
 /// The retryable answer of a saturated service.
@@ -150,6 +117,7 @@ impl<T> IntoGraphql<T> for Result<T, ServiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Field;
 
     fn path(fault: Fault) -> Vec<&'static str> {
         field_path(fault).collect()
