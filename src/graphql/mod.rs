@@ -13,6 +13,7 @@ mod subscription;
 pub mod types;
 pub mod waitlist;
 pub mod webhooks;
+pub mod weekday;
 
 use async_graphql::{
     parser::types::{ExecutableDocument, OperationDefinition},
