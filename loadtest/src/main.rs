@@ -124,9 +124,16 @@ pub(crate) struct RunArgs {
     /// needs WEBHOOK_ALLOW_CIDRS for a loopback address), and report the deliveries' lag.
     #[arg(long)]
     pub(crate) webhook: Option<String>,
-    /// Worker threads of the generator's runtime.
-    #[arg(long, default_value_t = 2)]
+    /// Worker threads of the generator's runtime (default: one per core). A fixed two let the
+    /// generator, which spends about as much CPU per request as the server, cap what a run on a
+    /// many-core machine could show.
+    #[arg(long, default_value_t = cores())]
     pub(crate) threads: usize,
+}
+
+/// The cores of this machine (1 when unknown).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 fn main() -> std::process::ExitCode {
