@@ -73,6 +73,16 @@ pub enum Field {
     First,
     /// Where a page starts (a cursor of the previous page).
     After,
+    /// The start of a window searched (the slot search's `from`).
+    From,
+    /// The doctors a search is limited to.
+    DoctorIds,
+    /// The days of the week a search is limited to.
+    Weekdays,
+    /// The local time of day a searched slot starts at or after.
+    EarliestTime,
+    /// The local time of day a searched slot starts before.
+    LatestTime,
 }
 
 impl Field {
@@ -107,6 +117,11 @@ impl Field {
             Self::DeliveryId => "deliveryId",
             Self::First => "first",
             Self::After => "after",
+            Self::From => "from",
+            Self::DoctorIds => "doctorIds",
+            Self::Weekdays => "weekdays",
+            Self::EarliestTime => "earliestTime",
+            Self::LatestTime => "latestTime",
         }
     }
 }

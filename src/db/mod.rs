@@ -36,6 +36,7 @@ pub mod contacts;
 pub mod doctors;
 pub mod entity;
 pub mod fhir;
+pub mod find;
 mod hot;
 pub mod messages;
 pub mod outbox;
@@ -342,6 +343,19 @@ impl Db {
             Some(hot) => hot.fetch_all(query).await,
             None => query.fetch_all(pool).await,
         };
+        count_statement(&self.statements, started.elapsed(), result.is_err());
+        result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
+    }
+
+    /// [`Db::pg_fetch_all`] on the main pool always: for reads that should not take the
+    /// dedicated connections of the booking statement (the slot search).
+    pub(crate) async fn pg_fetch_pooled<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
+        let pool = self.pg_pool()?;
+        let started = std::time::Instant::now();
+        let result = query.fetch_all(pool).await;
         count_statement(&self.statements, started.elapsed(), result.is_err());
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
     }

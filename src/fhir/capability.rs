@@ -7,7 +7,7 @@ use super::resources::{
 };
 
 /// When the statement last changed (update it with the surface).
-const STATEMENT_DATE: &str = "2026-12-01";
+const STATEMENT_DATE: &str = "2026-12-05";
 
 fn definition_url(base: &str, id: &str) -> String {
     format!("{base}/OperationDefinition/{id}")
@@ -90,11 +90,20 @@ pub fn statement(base: &str) -> CapabilityStatement {
                                 "Books a seat (Idempotency-Key header required), or confirms a hold.".into(),
                             ),
                         },
+                        CapabilityOperation {
+                            name: "find".into(),
+                            definition: definition_url(base, "Appointment-find"),
+                            documentation: Some(
+                                "IHE ITI-115 Find Potential Appointments: the earliest bookable slots across doctors \
+                                 as proposed Appointments (GET or POST; public)."
+                                    .into(),
+                            ),
+                        },
                     ],
                     ..CapabilityResource::default()
                 },
                 read_only("Location", "The clinic."),
-                read_only("OperationDefinition", "Definitions of $hold, $book and $bulk-publish."),
+                read_only("OperationDefinition", "Definitions of $hold, $book, $find and $bulk-publish."),
                 read_only("Practitioner", "A doctor (the GraphQL doctor id)."),
                 read_only("PractitionerRole", "A doctor in the clinic, with its specialty (the doctor id)."),
                 read_only("Schedule", "A doctor's calendar (the doctor id)."),
@@ -181,6 +190,46 @@ pub fn operation_definition(base: &str, id: &str) -> Option<OperationDefinition>
                 returns("Appointment", "The booked appointment."),
             ],
         )),
+        "Appointment-find" => {
+            let input = |name: &str, min: u32, max: &str, kind: &str, doc: &str| OperationDefinitionParameter {
+                name: name.into(),
+                use_: "in".into(),
+                min,
+                max: max.into(),
+                documentation: Some(doc.into()),
+                type_: Some(kind.into()),
+                target_profile: Vec::new(),
+            };
+            Some(OperationDefinition {
+                id: id.into(),
+                url: Some(definition_url(base, id)),
+                name: "AppointmentFind".into(),
+                status: "active".into(),
+                kind: "operation".into(),
+                description: Some(
+                    "IHE ITI-115 Find Potential Appointments: bookable slots starting in [start, end) as proposed \
+                     Appointments, by start, then practitioner, then slot, with a next link while more remain."
+                        .into(),
+                ),
+                affects_state: Some(false),
+                code: "find".into(),
+                resource: vec!["Appointment".into()],
+                system: false,
+                type_: true,
+                instance: false,
+                parameter: vec![
+                    input("start", 1, "1", "dateTime", "Slots starting at or after this (a date: its UTC day)."),
+                    input("end", 0, "1", "dateTime", "…and before this, at most 31 days later (default 7 days)."),
+                    input("specialty", 0, "1", "string", "The practitioner's specialty, case-insensitively."),
+                    OperationDefinitionParameter {
+                        target_profile: vec!["http://hl7.org/fhir/StructureDefinition/Practitioner".into()],
+                        ..input("practitioner", 0, "*", "Reference", "Any of these practitioners (at most 100).")
+                    },
+                    input("_count", 0, "1", "integer", "Appointments per page, 1-100 (default 20)."),
+                    returns("Bundle", "A searchset of proposed Appointments."),
+                ],
+            })
+        }
         "bulk-publish" => Some(OperationDefinition {
             id: id.into(),
             url: Some(definition_url(base, id)),

@@ -121,6 +121,18 @@ fn appointments() {
         ..appointment("CANCELLED")
     };
     check("appointment-cancelled", Resource::Appointment(map::appointment(&cancelled, 3, tz, &[12, 13])));
+    let slot = crate::db::entity::time_slot::Model {
+        id: 12,
+        doctor_id: 3,
+        start_at: at(8, 0),
+        end_at: at(8, 15),
+        capacity: 1,
+        booked_count: 0,
+        version: 0,
+        closed_at: None,
+        closed_reason: None,
+    };
+    check("appointment-proposed", Resource::Appointment(map::proposed_appointment(&slot, tz)));
 }
 
 #[test]
@@ -132,4 +144,6 @@ fn outcomes_and_definitions() {
     check("capability-statement", Resource::CapabilityStatement(capability::statement(base)));
     let book = capability::operation_definition(base, "Appointment-book").unwrap();
     check("operation-book", Resource::OperationDefinition(book));
+    let find = capability::operation_definition(base, "Appointment-find").unwrap();
+    check("operation-find", Resource::OperationDefinition(find));
 }

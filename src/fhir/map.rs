@@ -252,6 +252,27 @@ pub fn appointment(a: &appointment::Model, doctor_id: i64, tz: Tz, slot_ids: &[i
     }
 }
 
+/// A slot as an appointment that could be booked (`$find`, IHE ITI-115): `proposed`, no id,
+/// the slot, its times in the doctor's zone and the `PractitionerRole`, who has yet to accept.
+pub fn proposed_appointment(slot: &crate::db::entity::time_slot::Model, tz: Tz) -> Appointment {
+    Appointment {
+        id: String::new(),
+        extension: Vec::new(),
+        status: "proposed".into(),
+        cancelation_reason: None,
+        start: Some(instant(slot.start_at, tz)),
+        end: Some(instant(slot.end_at, tz)),
+        minutes_duration: Some((slot.end_at - slot.start_at).num_minutes()).filter(|m| *m > 0),
+        slot: vec![Reference::to("Slot", slot.id)],
+        created: None,
+        participant: vec![AppointmentParticipant {
+            actor: Some(Reference::to("PractitionerRole", slot.doctor_id)),
+            required: Some("required".into()),
+            status: "needs-action".into(),
+        }],
+    }
+}
+
 /// Who cancelled, as the HL7 cancellation reasons say it (`pat`, `prov`, `other`), with our own
 /// words in `text`.
 fn cancellation_reason(a: &appointment::Model, status: AppointmentStatus) -> CodeableConcept {

@@ -14,6 +14,7 @@
 
 pub mod capability;
 pub mod feed;
+pub mod find;
 pub mod map;
 pub mod outcome;
 pub mod params;
@@ -91,6 +92,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: FhirState) -> Router<S> {
         .route("/Slot", get(search_slots))
         .route("/Slot/{id}", get(read_slot))
         .route("/Appointment/{id}", get(read_appointment))
+        .route("/Appointment/$find", get(find_get).post(find_post))
         .route("/Appointment/$book", post(book))
         .route("/Appointment/$hold", post(hold))
         .fallback(unknown_route)
@@ -296,6 +298,59 @@ fn bundle_response(total: u64, entry: Vec<BundleEntry>, self_url: String, next: 
     }
     let bundle = Bundle { type_: "searchset".into(), total: Some(total), link, entry };
     resource_response(StatusCode::OK, &Resource::Bundle(bundle))
+}
+
+/// `GET /fhir/Appointment/$find?start=…&end=…` (see [`find`]).
+async fn find_get(
+    State(state): Shared,
+    headers: HeaderMap,
+    Query(params): Query<Vec<(String, String)>>,
+) -> Result<Response, FhirError> {
+    find_slots(&state, &headers, &params).await
+}
+
+/// `POST /fhir/Appointment/$find` with a `Parameters` body.
+async fn find_post(State(state): Shared, headers: HeaderMap, body: Body) -> Result<Response, FhirError> {
+    let bytes = to_bytes(body, state.max_body_bytes).await.map_err(|_| {
+        FhirError::new("PAYLOAD_TOO_LARGE", format!("the request body is larger than {} bytes", state.max_body_bytes))
+    })?;
+    find_slots(&state, &headers, &find::body_pairs(&bytes)?).await
+}
+
+/// The page of `findSlots` that `params` ask for, as a searchset of proposed appointments.
+async fn find_slots(
+    state: &FhirState,
+    headers: &HeaderMap,
+    params: &[(String, String)],
+) -> Result<Response, FhirError> {
+    let q = find::parse(params)?;
+    let page = state.service.find_slots(&q.request, Some(q.count), q.cursor).await?;
+    let base = state.base(headers);
+    let self_url = format!("{base}/Appointment/$find?{}", q.query_string(q.cursor));
+    let next = match (page.has_next, page.slots.last()) {
+        (true, Some(last)) => {
+            Some(format!("{base}/Appointment/$find?{}", q.query_string(Some(crate::booking::SlotPosition::of(last)))))
+        }
+        _ => None,
+    };
+    let mut ids: Vec<i64> = page.slots.iter().map(|s| s.doctor_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let zones: std::collections::HashMap<i64, chrono_tz::Tz> = db::doctors::find_many(state.service.db().conn(), &ids)
+        .await
+        .map_err(|e| FhirError::from(crate::error::ServiceError::from(e)))?
+        .iter()
+        .map(|d| (d.id, map::zone(d)))
+        .collect();
+    let entries = page
+        .slots
+        .iter()
+        .map(|s| {
+            let tz = zones.get(&s.doctor_id).copied().unwrap_or(chrono_tz::UTC);
+            find::entry(Resource::Appointment(map::proposed_appointment(s, tz)))
+        })
+        .collect();
+    Ok(resource_response(StatusCode::OK, &find::bundle(entries, self_url, next)))
 }
 
 /// An appointment as an `Appointment` (its slots and doctor read like GraphQL's loaders do).

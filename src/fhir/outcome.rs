@@ -166,6 +166,12 @@ pub fn expression(field: Field, subject: Option<&'static str>) -> &'static str {
         Field::PatientId => "patient",
         Field::IdempotencyKey => "Idempotency-Key",
         Field::Id => subject.unwrap_or("id"),
+        // `$find`'s parameters.
+        Field::From => "start",
+        Field::To => "end",
+        Field::DoctorIds => "practitioner",
+        Field::First => "_count",
+        Field::After => "_cursor",
         other => other.name(),
     }
 }

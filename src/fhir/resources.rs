@@ -237,12 +237,13 @@ pub struct Location {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Appointment {
-    /// Its id (the GraphQL id).
+    /// Its id (the GraphQL id); empty, and left out, for a proposed one (`$find`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
     /// Cancellation date (the R5 element, as its R4 cross-version extension).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extension: Vec<Extension>,
-    /// `pending`, `booked` or `cancelled`.
+    /// `pending`, `booked` or `cancelled` (`proposed` from `$find`).
     pub status: String,
     /// Who cancelled (or that the hold ran out), for a cancelled one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,6 +4,7 @@ pub mod answer;
 pub mod context;
 mod cursor;
 pub mod error;
+pub mod find;
 pub mod loaders;
 pub mod messages;
 mod mutation;
@@ -35,7 +36,7 @@ use crate::{booking::BookingService, notify::ContactService, webhooks::WebhookSe
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery, waitlist::WaitlistQuery, MessagesQuery, WebhookQuery);
+pub struct QueryRoot(BookingQuery, find::FindQuery, waitlist::WaitlistQuery, MessagesQuery, WebhookQuery);
 
 /// Write operations.
 #[derive(MergedObject, Default)]

@@ -115,7 +115,7 @@ async fn metadata_lists_what_the_server_does() {
     let appointment = rest["resource"].as_array().unwrap().iter().find(|r| r["type"] == "Appointment").unwrap();
     let ops: Vec<&str> =
         appointment["operation"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
-    assert_eq!(ops, ["hold", "book"]);
+    assert_eq!(ops, ["hold", "book", "find"]);
     assert_eq!(rest["operation"][0]["name"], "bulk-publish");
     // Each operation's definition is served where the statement says.
     for url in [&appointment["operation"][0]["definition"], &rest["operation"][0]["definition"]] {
@@ -614,6 +614,10 @@ async fn every_resource_validates_as_fhir_r4() {
         ("od-hold", "/OperationDefinition/Appointment-hold".to_owned(), None),
         ("od-book", "/OperationDefinition/Appointment-book".to_owned(), None),
         ("od-publish", "/OperationDefinition/bulk-publish".to_owned(), None),
+        ("od-find", "/OperationDefinition/Appointment-find".to_owned(), None),
+        ("find", format!("/Appointment/$find?start={}&practitioner=Practitioner/{d}&_count=1", tomorrow()), None),
+        ("find-empty", format!("/Appointment/$find?start={}&specialty=none", tomorrow()), None),
+        ("find-invalid", "/Appointment/$find?start=2030-01-02&end=2030-01-01".to_owned(), None),
         ("not-found", "/Slot/999999".to_owned(), None),
         ("unauthenticated", format!("/Appointment/{id}"), None),
         ("bad-search", "/Slot?status=nope".to_owned(), None),
@@ -720,4 +724,90 @@ async fn another_instances_bookings_reach_the_feed() {
     a.book(&patient(77), &slots[0], "k", None).await;
     let lines = slot_lines_until(&b, &d, |l| l.iter().any(|s| s["status"] == "busy")).await;
     assert_eq!(lines[0]["id"], slots[0].as_str());
+}
+
+#[tokio::test]
+async fn find_answers_proposed_appointments_in_the_order_of_find_slots() {
+    let (app, _db) = spawn().await;
+    let (d1, s1) = doctor_with_slots(&app, "Europe/Paris", 3, 1).await;
+    let (d2, s2) = doctor_with_slots(&app, "UTC", 3, 1).await;
+    app.book(&patient(77), &s1[1], "k", None).await;
+    let day = tomorrow();
+    let end = (chrono::Utc::now().date_naive() + chrono::Days::new(2)).format("%Y-%m-%d").to_string();
+    // Every page, two at a time, following the `next` links.
+    let mut url = format!("/Appointment/$find?start={day}&end={end}&specialty=GENERAL&_count=2");
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    for _ in 0..10 {
+        let a = get(&app, &url, None).await;
+        assert_eq!((a.status, a.header("content-type")), (200, "application/fhir+json"), "{url}");
+        let b = a.json();
+        assert_eq!((b["resourceType"].as_str(), b["type"].as_str()), (Some("Bundle"), Some("searchset")));
+        for e in b["entry"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            let r = &e["resource"];
+            assert_eq!((r["resourceType"].as_str(), r["status"].as_str()), (Some("Appointment"), Some("proposed")));
+            assert!(e["fullUrl"].as_str().unwrap().starts_with("urn:uuid:"));
+            let slot = r["slot"][0]["reference"].as_str().unwrap().trim_start_matches("Slot/").to_owned();
+            let role = r["participant"][0]["actor"]["reference"].as_str().unwrap().to_owned();
+            seen.push((r["start"].as_str().unwrap().to_owned(), role, slot));
+        }
+        let next = b["link"].as_array().unwrap().iter().find(|l| l["relation"] == "next").map(|l| l["url"].clone());
+        match next {
+            Some(u) => url = u.as_str().unwrap().split("/fhir").nth(1).unwrap().to_owned(),
+            None => break,
+        }
+    }
+    // The same slots as findSlots, in its order: the free ones of both doctors.
+    let gql = app
+        .gql(
+            None,
+            "query($in:FindSlotsInput!){findSlots(input:$in,first:100){nodes{id}}}",
+            json!({ "in": { "from": format!("{day}T00:00:00Z"), "to": format!("{end}T23:59:59Z"), "specialty": "general" } }),
+        )
+        .await;
+    let ids: Vec<&str> =
+        gql["findSlots"]["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+    let found: Vec<&str> = seen.iter().map(|(_, _, s)| s.as_str()).collect();
+    assert_eq!(found, ids);
+    assert_eq!(found.len(), 5, "{found:?}");
+    assert!(!found.contains(&s1[1].as_str()), "the full slot is not proposed");
+    assert!(seen.iter().any(|(_, r, _)| *r == format!("PractitionerRole/{d2}")));
+    let paris = seen.iter().find(|(_, r, _)| *r == format!("PractitionerRole/{d1}")).unwrap();
+    assert!(paris.0.ends_with("+01:00") || paris.0.ends_with("+02:00"), "in the doctor's zone: {}", paris.0);
+    // practitioner narrows to one doctor; POST with a Parameters body answers the same.
+    let one =
+        get(&app, &format!("/Appointment/$find?start={day}&end={end}&practitioner=Practitioner/{d2}"), None).await;
+    let slots: Vec<String> = one.json()["entry"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["resource"]["slot"][0]["reference"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(slots, s2.iter().map(|s| format!("Slot/{s}")).collect::<Vec<_>>());
+    let body = json!({ "resourceType": "Parameters", "parameter": [
+        { "name": "start", "valueDate": day }, { "name": "end", "valueDate": end },
+        { "name": "practitioner", "valueReference": { "reference": format!("Practitioner/{d2}") } }
+    ]});
+    let posted = send(
+        &app,
+        app.client
+            .post(format!("{}/fhir/Appointment/$find", app.address))
+            .header("content-type", "application/fhir+json")
+            .body(body.to_string()),
+    )
+    .await;
+    assert_eq!(posted.status, 200);
+    assert_eq!(posted.json()["entry"].as_array().unwrap().len(), 3);
+    // Refusals name the parameter.
+    for (query, status, code, at) in [
+        ("", 400, "BAD_REQUEST", "start"),
+        ("start=nope", 400, "BAD_REQUEST", "start"),
+        ("start=2030-01-01&end=2030-03-01", 422, "INVALID_INPUT", "end"),
+        ("start=2030-01-02&end=2030-01-01", 422, "INVALID_INPUT", "end"),
+        ("start=2030-01-01&_count=0", 400, "BAD_REQUEST", "_count"),
+        ("start=2030-01-01&_cursor=zz", 400, "BAD_REQUEST", "_cursor"),
+    ] {
+        let a = get(&app, &format!("/Appointment/$find?{query}"), None).await;
+        assert_eq!((a.status, a.code()), (status, code.to_owned()), "{query}");
+        assert_eq!(a.json()["issue"][0]["expression"][0], at, "{query}");
+    }
 }

@@ -11,6 +11,7 @@ mod burst;
 mod direct;
 mod fhir;
 mod fields;
+mod find;
 mod helpers;
 mod http;
 mod lifecycle;
