@@ -1,7 +1,9 @@
-// <clinic-availability>: a doctor's free appointment times, kept live, for any web page.
+// <clinic-availability>: free appointment times, kept live, for any web page: one doctor's day,
+// or the earliest free times of a specialty across its doctors.
 //
 //   <script type="module" src="https://clinic.example.com/widget/clinic-availability.js"></script>
 //   <clinic-availability doctor-id="12"></clinic-availability>
+//   <clinic-availability specialty="Dermatology" days="7"></clinic-availability>
 //
 // Served by clinic-booking at /widget/clinic-availability.js (docs/widget.md says everything an
 // embedder needs). Hand-written, no dependencies and no build step: this file is what browsers
@@ -20,17 +22,25 @@ const STABLE_MS = 10_000;
 const FINAL_CODES = new Set(['BAD_REQUEST', 'INVALID_INPUT']);
 
 const SLOT = 'id startAt endAt available capacity closed version';
+/** Subscriptions one widget opens at most (the service allows 100 operations per socket). */
+const MAX_WATCHED = 90;
+/** The longest window `findSlots` searches, in days. */
+const MAX_DAYS = 31;
 const Q_DOCTOR = 'query($id:ID!){doctor(id:$id){id name timezone}}';
 const Q_LIST = `query($d:ID!,$date:Date!,$n:Int){availableSlots(doctorId:$d,date:$date,durationMinutes:$n){${SLOT}}}`;
 const Q_SLOT = `query($id:ID!){slot(id:$id){${SLOT}}}`;
 const S_CHANGES =
   'subscription($d:ID!,$date:Date){slotAvailability(doctorId:$d,date:$date){slotId startAt available closed version}}';
+const Q_FIND = `query($i:FindSlotsInput!,$n:Int){findSlots(input:$i,first:$n){nodes{${SLOT} doctor{id name timezone}}}}`;
+const Q_SLOT_DOCTOR = `query($id:ID!){slot(id:$id){${SLOT} doctor{id name timezone}}}`;
 
 /** Every word the element shows or announces, in one place for translations. */
 const TEXT = {
   loading: 'Loading free times…',
   none: 'No free times left on this day.',
-  noSource: 'No doctor chosen for this calendar.',
+  noneIn: (days) => `No free times in the next ${days} ${days === 1 ? 'day' : 'days'}.`,
+  next: (days) => `Earliest free times, next ${days} ${days === 1 ? 'day' : 'days'}`,
+  noSource: 'No doctor or specialty chosen for this calendar.',
   unknown: (id) => `No doctor with id ${id}.`,
   failed: 'Free times could not be loaded. Trying again…',
   broken: 'Free times could not be loaded.',
@@ -59,7 +69,7 @@ button{box-sizing:border-box;display:flex;flex-direction:column;align-items:cent
   border:1px solid var(--clinic-accent,#0b5cad);border-radius:var(--clinic-radius,6px)}
 button:hover{color:var(--clinic-background,#fff);background:var(--clinic-accent,#0b5cad)}
 button:focus-visible{outline:3px solid var(--clinic-accent,#0b5cad);outline-offset:2px}
-.seats{font-size:.8em;font-weight:400}
+.seats,.day,.doc,.tz{font-size:.8em;font-weight:400}
 .status{margin:8px 0 0}
 .status:empty,[hidden]{display:none}
 .sr{position:absolute;width:1px;height:1px;margin:-1px;padding:0;border:0;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
@@ -111,26 +121,37 @@ async function graphql(endpoint, query, variables, signal) {
 /**
  * Where a mode's slots come from. A mode `applies` to an element by its attributes; its
  * `source` says what it shows (`describe`), reads the list (`list`) and one slot (`slot`), names
- * the subscriptions that tell its changes, and says whether a change may move other slots in or
- * out (`runs`: then the list is read again on every change). Specialty mode (`specialty` +
- * `days`, the earliest free slots across doctors) will be a second entry once the service has
- * `findSlots`.
+ * the subscriptions that tell the changes of the slots it shows (`subscriptions(rows)`, asked
+ * again after every read), and says whether a change may move other slots in or out (`runs`:
+ * then the list is read again on every change).
  */
-const MODES = [{ applies: (el) => !!attr(el, 'doctor-id'), source: doctorSource }];
+const MODES = [
+  { applies: (el) => !!attr(el, 'doctor-id'), source: doctorSource },
+  { applies: (el) => !!attr(el, 'specialty'), source: specialtySource },
+];
+
+/** A whole number of minutes from `duration-minutes`, or null; throws when malformed. */
+function durationOf(el) {
+  const minutes = attr(el, 'duration-minutes');
+  if (minutes == null) return null;
+  const duration = Number(minutes);
+  if (!(Number.isInteger(duration) && duration > 0)) {
+    throw new Problem(`duration-minutes="${minutes}" is not a whole number of minutes`, { final: true });
+  }
+  return duration;
+}
 
 /** One doctor's day (`doctor-id`, `date`, `duration-minutes`). */
 function doctorSource(el, gql) {
   const id = attr(el, 'doctor-id');
-  const minutes = attr(el, 'duration-minutes');
-  const duration = minutes == null ? null : Number(minutes);
+  const runs = attr(el, 'duration-minutes') != null;
+  let duration;
   let doctor;
   let date;
   return {
-    runs: duration != null,
+    runs,
     async describe() {
-      if (duration != null && !(Number.isInteger(duration) && duration > 0)) {
-        throw new Problem(`duration-minutes="${minutes}" is not a whole number of minutes`, { final: true });
-      }
+      duration = durationOf(el);
       const found = (await gql(Q_DOCTOR, { id })).doctor;
       if (!found) throw new Problem(`there is no doctor with id ${id}`, { final: true, shown: TEXT.unknown(id) });
       doctor = found;
@@ -147,22 +168,73 @@ function doctorSource(el, gql) {
   };
 }
 
+/**
+ * A specialty's earliest free times across its doctors (`specialty`, `days`, `max`,
+ * `duration-minutes`), read through `findSlots`. Changes come from the days, each in its
+ * doctor's zone, of the slots it has shown (the service has no subscription by specialty): a
+ * shown slot that fills or closes goes at once, and every change read again brings the next
+ * earliest; a time freed on a day not shown appears at the next read.
+ */
+function specialtySource(el, gql) {
+  const specialty = attr(el, 'specialty');
+  let duration;
+  let days;
+  return {
+    runs: true,
+    wide: true,
+    async describe() {
+      duration = durationOf(el);
+      const raw = attr(el, 'days') ?? '7';
+      days = Number(raw);
+      if (!(Number.isInteger(days) && days > 0 && days <= MAX_DAYS)) {
+        throw new Problem(`days="${raw}" is not a whole number of days from 1 to ${MAX_DAYS}`, { final: true });
+      }
+      return { title: specialty, when: TEXT.next(days), none: TEXT.noneIn(days) };
+    },
+    async list() {
+      const from = new Date();
+      const to = new Date(from.getTime() + days * 86_400_000);
+      const max = Number(attr(el, 'max') ?? 20);
+      const first = Number.isInteger(max) && max > 0 ? Math.min(max, 100) : 20;
+      const input = { from: from.toISOString(), to: to.toISOString(), specialty, durationMinutes: duration };
+      return (await gql(Q_FIND, { i: input, n: first })).findSlots.nodes;
+    },
+    slot: async (slotId) => (await gql(Q_SLOT_DOCTOR, { id: slotId })).slot,
+    subscriptions: (rows) =>
+      [...rows.values()].map((s) => ({ query: S_CHANGES, variables: { d: s.doctor.id, date: dayIn(s.doctor.timezone, s.startAt) } })),
+  };
+}
+
 /** One graphql-transport-ws connection, reconnecting with backoff until `close`. */
 class Socket {
   #url;
-  #subscriptions;
+  #subscriptions = [];
+  #keys = new Set();
   #on;
   #ws = null;
   #timer = 0;
   #tries = 0;
   #acks = 0;
   #ackedAt = 0;
+  #live = false;
 
   constructor(url, subscriptions, on) {
     this.#url = url;
-    this.#subscriptions = subscriptions;
     this.#on = on;
+    this.follow(subscriptions);
     this.#open();
+  }
+
+  /** Adds the subscriptions not yet open (kept across reconnects), up to MAX_WATCHED. */
+  follow(subscriptions) {
+    for (const payload of subscriptions) {
+      const key = JSON.stringify(payload);
+      if (this.#keys.has(key) || this.#subscriptions.length >= MAX_WATCHED) continue;
+      this.#keys.add(key);
+      this.#subscriptions.push(payload);
+      const id = String(this.#subscriptions.length);
+      if (this.#live) this.#ws.send(JSON.stringify({ id, type: 'subscribe', payload }));
+    }
   }
 
   #open() {
@@ -187,6 +259,7 @@ class Socket {
     }
     if (m.type === 'connection_ack') {
       this.#ackedAt = performance.now();
+      this.#live = true;
       this.#subscriptions.forEach((payload, i) => ws.send(JSON.stringify({ id: String(i + 1), type: 'subscribe', payload })));
       this.#on.ready(this.#acks++ > 0);
     } else if (m.type === 'next') {
@@ -204,6 +277,7 @@ class Socket {
   }
 
   #retry(why) {
+    this.#live = false;
     if (this.#ackedAt && performance.now() - this.#ackedAt > STABLE_MS) this.#tries = 0;
     this.#ackedAt = 0;
     this.#ws = null;
@@ -213,6 +287,7 @@ class Socket {
   }
 
   close() {
+    this.#live = false;
     clearTimeout(this.#timer);
     const ws = this.#ws;
     this.#ws = null;
@@ -265,7 +340,8 @@ class ClinicAvailability extends HTMLElement {
   attributeChangedCallback(name, before, after) {
     // Before the first start (parsing, upgrade) the start reads every attribute anyway.
     if (before === after || !this.#run) return;
-    if (name === 'max' || name === 'locale') return this.#render(this.#run);
+    // A specialty's list is read `max` at a time: a new `max` reads it again.
+    if (name === 'locale' || (name === 'max' && !this.#run.source?.wide)) return this.#render(this.#run);
     if (this.#restart) return;
     // Several attributes set in one go restart once.
     this.#restart = true;
@@ -292,9 +368,7 @@ class ClinicAvailability extends HTMLElement {
     this.#el.live.replaceChildren();
     const mode = MODES.find((m) => m.applies(this));
     if (!mode) {
-      console.error(
-        "<clinic-availability>: set doctor-id to show a doctor's free times (specialty mode comes with the service's findSlots)",
-      );
+      console.error("<clinic-availability>: set doctor-id (a doctor's day) or specialty (its earliest free times)");
       return this.#showProblem(run, TEXT.noSource);
     }
     try {
@@ -330,7 +404,7 @@ class ClinicAvailability extends HTMLElement {
     this.#read(run);
     const url = new URL('graphql/ws', run.endpoint);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
-    run.socket = new Socket(url, run.source.subscriptions(), {
+    run.socket = new Socket(url, run.source.subscriptions(run.rows), {
       change: (data) => this.#change(run, data),
       // After a reconnect the list may have changed unseen; after a failed read, the service
       // is back: no need to wait for that read's retry.
@@ -355,6 +429,7 @@ class ClinicAvailability extends HTMLElement {
       for (const slot of list) if (this.#merge(run, slot)) rows.set(slot.id, slot);
       run.rows = rows;
       run.ready = true;
+      run.socket?.follow(run.source.subscriptions(rows));
       // A change seen but missing from the list: the list was older (a cache), so ask the slot.
       if (!run.source.runs) for (const [id, known] of run.known) if (!rows.has(id) && offerable(known)) this.#fetch(run, id);
       this.#render(run);
@@ -389,7 +464,8 @@ class ClinicAvailability extends HTMLElement {
     const row = run.rows.get(change.slotId);
     if (row && offerable(change)) Object.assign(row, { available: change.available, version: change.version });
     else if (row) run.rows.delete(change.slotId);
-    if (run.source.runs) this.#read(run);
+    // Across a specialty, a slot first seen full or closed (a subscription's first state) changes nothing read.
+    if (run.source.runs) (known || offerable(change) || !run.source.wide) && this.#read(run);
     else if (!row && run.ready && offerable(change)) this.#fetch(run, change.slotId);
     this.#render(run);
   }
@@ -432,13 +508,16 @@ class ClinicAvailability extends HTMLElement {
     if (this.#run !== run) return;
     const now = Date.now();
     for (const [id, slot] of run.rows) if (Date.parse(slot.startAt) <= now) run.rows.delete(id);
-    const all = [...run.rows.values()].sort((a, b) => Date.parse(a.startAt) - Date.parse(b.startAt) || a.id - b.id);
+    // The order of findSlots: start, then doctor, then slot.
+    const all = [...run.rows.values()].sort(
+      (a, b) => Date.parse(a.startAt) - Date.parse(b.startAt) || a.doctor.id - b.doctor.id || a.id - b.id,
+    );
     const locale = attr(this, 'locale') || document.documentElement.lang || navigator.language;
     const meta = run.meta;
     const el = this.#el;
     el.name.textContent = meta?.title ?? '';
-    el.day.textContent = meta ? longDay(locale, meta.date) : '';
-    const zoneShown = !!meta && canonicalZone(meta.zone) !== Intl.DateTimeFormat().resolvedOptions().timeZone;
+    el.day.textContent = meta ? (meta.when ?? longDay(locale, meta.date)) : '';
+    const zoneShown = !!meta?.zone && !here(meta.zone);
     el.zone.hidden = !zoneShown;
     el.zone.textContent = zoneShown ? TEXT.zone(meta.zone, offsetOn(meta.zone, meta.date)) : '';
     if (run.ready) {
@@ -447,8 +526,8 @@ class ClinicAvailability extends HTMLElement {
       for (const s of all) run.ever.add(s.id);
     }
     const max = Number(attr(this, 'max') ?? 20);
-    this.#draw(all.slice(0, Number.isInteger(max) && max > 0 ? max : 20), locale, zoneShown);
-    el.status.textContent = run.problem ?? (!run.ready ? TEXT.loading : all.length ? '' : TEXT.none);
+    this.#draw(all.slice(0, Number.isInteger(max) && max > 0 ? max : 20), locale, zoneShown, !!run.source?.wide);
+    el.status.textContent = run.problem ?? (!run.ready ? TEXT.loading : all.length ? '' : (meta?.none ?? TEXT.none));
     // A slot stops being bookable when it starts.
     clearTimeout(run.prune);
     if (all.length) run.prune = setTimeout(() => this.#render(run), Math.min(Date.parse(all[0].startAt) - now + 50, 2 ** 31 - 1));
@@ -457,9 +536,11 @@ class ClinicAvailability extends HTMLElement {
   #announce(run, all, locale) {
     const said = [];
     const now = new Map(all.map((s) => [s.id, s]));
-    for (const [id, s] of run.shown) if (!now.has(id)) said.push(TEXT.gone(timeOf(locale, s)));
+    // Across days and doctors a time alone would not say which.
+    const name = run.source.wide ? (s) => `${dayOf(locale, s.doctor.timezone, s.startAt)} ${timeOf(locale, s)}, ${s.doctor.name}` : (s) => timeOf(locale, s);
+    for (const [id, s] of run.shown) if (!now.has(id)) said.push(TEXT.gone(name(s)));
     for (const s of all) {
-      if (!run.shown.has(s.id)) said.push((run.ever.has(s.id) ? TEXT.back : TEXT.fresh)(timeOf(locale, s)));
+      if (!run.shown.has(s.id)) said.push((run.ever.has(s.id) ? TEXT.back : TEXT.fresh)(name(s)));
     }
     if (!said.length) return;
     const line = document.createElement('p');
@@ -469,7 +550,7 @@ class ClinicAvailability extends HTMLElement {
   }
 
   /** Brings the list to `slots`, moving no button that stays (a focused one keeps focus). */
-  #draw(slots, locale, zoneShown) {
+  #draw(slots, locale, zoneShown, wide) {
     const list = this.#el.list;
     const keep = new Set(slots.map((s) => s.id));
     const active = this.#root.activeElement;
@@ -491,7 +572,7 @@ class ClinicAvailability extends HTMLElement {
         button.dataset.slot = slot.id;
         this.#items.set(slot.id, item);
       }
-      label(item.firstChild, slot, locale, zoneShown);
+      label(item.firstChild, slot, locale, wide ? !here(slot.doctor.timezone) : zoneShown, wide);
       if (item === at) at = at.nextElementSibling;
       else list.insertBefore(item, at);
     }
@@ -531,15 +612,31 @@ class ClinicAvailability extends HTMLElement {
   }
 }
 
-/** Fills a slot's button: the time shows; the day, zone, doctor and seats complete its name. */
-function label(button, slot, locale, zoneShown) {
+/**
+ * Fills a slot's button: the time shows (with its day, doctor and zone when `wide`, across
+ * days and doctors); the day, zone, doctor and seats complete its name, which always holds
+ * the visible words, as voice control needs.
+ */
+function label(button, slot, locale, zoneShown, wide) {
   const zone = slot.doctor.timezone;
-  const parts = [
-    [`${dayOf(locale, zone, slot.startAt)}, `, 'sr'],
-    [timeOf(locale, slot), 'time'],
-    [`${zoneShown ? TEXT.zoneShort(zone) : ''}, ${slot.doctor.name}, `, 'sr'],
-    [TEXT.seats(slot.available), slot.capacity > 1 ? 'seats' : 'sr'],
-  ];
+  const zoneText = zoneShown ? TEXT.zoneShort(zone) : '';
+  const parts = wide
+    ? [
+        [dayShownOf(locale, zone, slot.startAt), 'day'],
+        [', ', 'sr'],
+        [timeOf(locale, slot), 'time'],
+        [zoneText, zoneShown ? 'tz' : 'sr'],
+        [', ', 'sr'],
+        [slot.doctor.name, 'doc'],
+        [', ', 'sr'],
+        [TEXT.seats(slot.available), slot.capacity > 1 ? 'seats' : 'sr'],
+      ]
+    : [
+        [`${dayOf(locale, zone, slot.startAt)}, `, 'sr'],
+        [timeOf(locale, slot), 'time'],
+        [`${zoneText}, ${slot.doctor.name}, `, 'sr'],
+        [TEXT.seats(slot.available), slot.capacity > 1 ? 'seats' : 'sr'],
+      ];
   const key = JSON.stringify(parts);
   if (button.dataset.key === key) return;
   button.dataset.key = key;
@@ -574,6 +671,10 @@ const timeOf = (locale, slot) =>
   format(locale, { hour: 'numeric', minute: '2-digit', timeZone: slot.doctor.timezone }).format(new Date(slot.startAt));
 const dayOf = (locale, zone, at) =>
   format(locale, { weekday: 'long', day: 'numeric', month: 'long', year: 'numeric', timeZone: zone }).format(new Date(at));
+const dayShownOf = (locale, zone, at) =>
+  format(locale, { weekday: 'long', day: 'numeric', month: 'long', timeZone: zone }).format(new Date(at));
+/** True when `zone` is the browser's own. */
+const here = (zone) => canonicalZone(zone) === Intl.DateTimeFormat().resolvedOptions().timeZone;
 /** A `YYYY-MM-DD` day, named in the locale (the calendar day itself, whatever the zone). */
 const longDay = (locale, date) => dayOf(locale, 'UTC', `${date}T12:00:00Z`);
 const canonicalZone = (zone) => format('en', { timeZone: zone }).resolvedOptions().timeZone;
@@ -585,8 +686,11 @@ function offsetOn(zone, date) {
 }
 
 /** Today in the zone, `YYYY-MM-DD`. */
-function today(zone) {
-  const parts = format('en', { timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit' }).formatToParts(new Date());
+const today = (zone) => dayIn(zone, new Date());
+
+/** The day of `at` in the zone, `YYYY-MM-DD`. */
+function dayIn(zone, at) {
+  const parts = format('en', { timeZone: zone, year: 'numeric', month: '2-digit', day: '2-digit' }).formatToParts(new Date(at));
   const part = (type) => parts.find((p) => p.type === type).value;
   return `${part('year')}-${part('month')}-${part('day')}`;
 }

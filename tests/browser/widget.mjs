@@ -15,7 +15,8 @@
 // booking and a cancel made through the API show within one second, also for runs
 // (duration-minutes); a booking through a second instance shows; after a Redis restart the
 // changes made meanwhile show; after its own instance restarts it reconnects, re-reads and is
-// live again; keyboard use and slot-select (with booking-url, and cancelled); no axe-core
+// live again; a specialty's earliest times across doctors, live; keyboard use and slot-select
+// (with booking-url, and cancelled); no axe-core
 // violation; a hostile host stylesheet changes nothing; a refused origin cannot load the
 // module; the empty, unknown-doctor and failed-read states; the /widget page.
 import http from 'node:http';
@@ -114,6 +115,8 @@ pages.set(
   ),
 );
 pages.set('/keyboard', hostPage('Choose a time', other, { head: LISTENER }));
+// Both doctors are of the specialty "general": named here in another case.
+pages.set('/specialty', hostPage('The first free times', '<clinic-availability id="spec" specialty="General" days="3" locale="en-GB"></clinic-availability>'));
 pages.set('/styled', hostPage('Choose a time', other, { css: HOSTILE, head: LISTENER }));
 pages.set(
   '/states',
@@ -355,6 +358,32 @@ try {
   for (const e of liveLog.errors.slice(0, expectedErrors)) problems.push(`the live page logged: ${e}`);
   await live.close();
 
+  // 6a. A specialty's earliest free times across its doctors (findSlots), in order, each
+  //     named with its doctor (and zone where it is not the browser's), live as well.
+  const spec = await context.newPage();
+  const specLog = watch(spec, 'the specialty page');
+  await spec.goto(`${HOST}/specialty`);
+  const free = [L.slots[0], ...left, ...O.slots];
+  await expectSlots(spec, '#spec', free, STEP_TIMEOUT, 'a specialty’s earliest times');
+  const specNames = await slotNames(spec, '#spec');
+  if (!(specNames[0].includes(L.name) && specNames[0].includes(L.zone) && specNames[0].includes(weekday))) {
+    throw new Error(`the first slot's accessible name: ${JSON.stringify(specNames[0])}`);
+  }
+  if (!(specNames.at(-1).includes(O.name) && specNames.at(-1).includes('2 seats left') && !specNames.at(-1).includes('UTC'))) {
+    throw new Error(`the last slot's accessible name: ${JSON.stringify(specNames.at(-1))}`);
+  }
+  await until('the specialty widget live', STEP_TIMEOUT, () => liveSockets(specLog) >= 1);
+  const taken = await book(setup.a, token(4), L.slots[0], 'widget-5');
+  t0 = performance.now();
+  await expectSlots(spec, '#spec', free.slice(1), within(LIVE_MS, t0), 'a booking, across a specialty');
+  await cancel(setup.a, token(4), taken);
+  t0 = performance.now();
+  await expectSlots(spec, '#spec', free, within(LIVE_MS, t0), 'a cancel, across a specialty');
+  await axe(spec, 'a specialty’s widget');
+  for (const e of specLog.errors) problems.push(`the specialty page logged: ${e}`);
+  step('a specialty shows its doctors’ earliest times in order, and a booking and its cancel within one second each');
+  await spec.close();
+
   // 6. Keyboard: Tab to a slot, arrows between slots, Enter; slot-select, then booking-url.
   const { slots: otherSlots } = (await gql(setup.a, null, `{doctor(id:"${O.id}"){slots(date:"${O.date}"){id startAt endAt}}}`)).doctor;
   const detailOf = (i) => ({ slotId: O.slots[i], doctorId: O.id, startAt: otherSlots[i].startAt, endAt: otherSlots[i].endAt });
@@ -454,7 +483,7 @@ try {
   await states.goto(`${HOST}/states`);
   const statusOf = (id) => `document.querySelector('#${id}')?.shadowRoot?.querySelector('[part="status"]')?.textContent`;
   for (const [id, text] of [
-    ['none', 'No doctor chosen for this calendar.'],
+    ['none', 'No doctor or specialty chosen for this calendar.'],
     ['unknown', 'No doctor with id 987654321.'],
     ['down', 'Free times could not be loaded. Trying again…'],
   ]) {
@@ -482,8 +511,14 @@ try {
   const expected = `<script type="module" src="${MODULE}"></script>\n<clinic-availability doctor-id="${O.id}" date="${O.date}"></clinic-availability>`;
   if (snippet !== expected) throw new Error(`snippet: ${JSON.stringify(snippet)}`);
   await axe(tool, 'the /widget page');
+  await tool.selectOption('#specialty', 'general');
+  await expectSlots(tool, '#preview clinic-availability', free, STEP_TIMEOUT, 'the preview of a specialty');
+  const bySpecialty = await tool.inputValue('#snippet');
+  if (bySpecialty !== `<script type="module" src="${MODULE}"></script>\n<clinic-availability specialty="general" days="7"></clinic-availability>`) {
+    throw new Error(`snippet for a specialty: ${JSON.stringify(bySpecialty)}`);
+  }
   for (const e of toolLog.errors) problems.push(`the /widget page logged: ${e}`);
-  step('/widget lists the doctors, shows the chosen one live and the snippet to paste');
+  step('/widget lists the doctors and specialties, shows the chosen one live and the snippet to paste');
   await tool.close();
 
   // 11. The picture for the README.
