@@ -45,6 +45,10 @@ done
 for s in reads reject success mix; do
   run --scenario "$s" --connections "${CONNECTIONS:-64}" --duration "${MAX_SECONDS:-15}"
 done
+# The slot search (builds from before findSlots answer BAD_REQUEST: FIND_SCENARIOS= skips it).
+for s in ${FIND_SCENARIOS-find-slots find-worst find-one}; do
+  run --scenario "$s" --connections "${CONNECTIONS:-64}" --duration "${MAX_SECONDS:-15}"
+done
 # The queueing of each runtime over the whole run (a histogram per lane; the booking lane's when
 # the server has one).
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^lane_wait_seconds(_sum|_count)?\{' || true

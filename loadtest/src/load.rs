@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use crate::{check, seed::Manifest, RunArgs, Scenario};
 
 const SLOTS_QUERY: &str = "query($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t){id startAt available}}";
+const FIND_QUERY: &str = "query($in:FindSlotsInput!,$first:Int){findSlots(input:$in,first:$first)\
+    {edges{cursor node{id startAt available}} pageInfo{hasNextPage}}}";
 pub(crate) const BOOK_MUTATION: &str = "mutation($s:ID!,$k:String!,$p:ID!){bookAppointment(input:{slotId:$s,\
     idempotencyKey:$k,patientId:$p}){appointment{id} replayed userErrors{code}}}";
 /// Seats of the success path's slots (every booking commits).
@@ -27,11 +29,12 @@ pub(crate) const WIDE_CAPACITY: i32 = 2_000_000_000;
 /// How long answers still in flight at the end are waited for.
 const DRAIN: Duration = Duration::from_secs(30);
 
-/// The two operations measured.
+/// The operations measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Book = 0,
     Read = 1,
+    Find = 2,
 }
 
 /// Latencies and outcomes of one operation.
@@ -61,7 +64,11 @@ struct Ctx {
     /// connection, and that wait counts in its latency (measured from the intended time).
     connections: tokio::sync::Semaphore,
     start: Instant,
-    stats: [Mutex<OpStats>; 2],
+    stats: [Mutex<OpStats>; 3],
+    /// What a search looks for.
+    scenario: Scenario,
+    /// The seed's specialties with their doctors' count, largest first.
+    specialties: Vec<(String, usize)>,
 }
 
 impl Ctx {
@@ -78,6 +85,28 @@ impl Ctx {
                 let d = self.doctors[rng.gen_range(0..self.doctors.len())];
                 let t = &self.dates[rng.gen_range(0..self.dates.len())];
                 json!({ "query": SLOTS_QUERY, "variables": { "d": d.to_string(), "t": t } }).to_string()
+            }
+            Kind::Find => {
+                let day = |i: usize| format!("{}T00:00:00Z", self.dates[i]);
+                let pick_day = self.dates.len().saturating_sub(1).max(1);
+                let (specialty, from, first, one) = match self.scenario {
+                    Scenario::FindWorst => (crate::seed::WORST.to_owned(), day(0), 20, false),
+                    Scenario::FindOne => {
+                        let large: Vec<&(String, usize)> = self.specialties.iter().filter(|(_, n)| *n >= 100).collect();
+                        let s = large.get(rng.gen_range(0..large.len().max(1))).map_or("general", |s| s.0.as_str());
+                        (s.to_owned(), day(rng.gen_range(0..pick_day)), 100, true)
+                    }
+                    _ => {
+                        let s = self.specialties.get(rng.gen_range(0..self.specialties.len().max(1)));
+                        (s.map_or("general", |s| s.0.as_str()).to_owned(), day(rng.gen_range(0..pick_day)), 20, false)
+                    }
+                };
+                let to = chrono::DateTime::parse_from_rfc3339(&from)
+                    .map(|t| (t + chrono::TimeDelta::days(14)).to_rfc3339())
+                    .unwrap_or_default();
+                json!({ "query": FIND_QUERY, "variables": { "first": first, "in": {
+                    "from": from, "to": to, "specialty": specialty, "onePerDoctor": one } } })
+                .to_string()
             }
             Kind::Book => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -136,6 +165,9 @@ fn classify(status: u16, body: &[u8]) -> String {
     }
     if let Some(list) = v.pointer("/data/availableSlots") {
         return if list.as_array().is_some_and(Vec::is_empty) { "read_empty" } else { "read_ok" }.to_owned();
+    }
+    if let Some(edges) = v.pointer("/data/findSlots/edges") {
+        return if edges.as_array().is_some_and(Vec::is_empty) { "find_empty" } else { "find_ok" }.to_owned();
     }
     if let Some(b) = v.pointer("/data/bookAppointment") {
         if b.get("appointment").is_some_and(Value::is_object) {
@@ -213,6 +245,11 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         &std::fs::read(&args.seed).with_context(|| format!("reading {} (run `seed` first)", args.seed.display()))?,
     )?;
     anyhow::ensure!(!manifest.doctors.is_empty() && !manifest.dates.is_empty(), "the manifest is empty");
+    let searches = matches!(args.scenario, Scenario::FindSlots | Scenario::FindWorst | Scenario::FindOne);
+    anyhow::ensure!(
+        !searches || !manifest.specialties.is_empty(),
+        "the manifest has no specialties: seed again with this clinic-loadtest"
+    );
     let issuer = TokenIssuer::new(&Secret::new(args.secret.clone()))?;
     let admin = mint(&issuer, "900000001", "admin")?;
     let partner = mint(&issuer, "900000002", "partner")?;
@@ -224,7 +261,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let url = format!("{}/graphql", args.url.trim_end_matches('/'));
 
     let hot = match args.scenario {
-        Scenario::Reads => Vec::new(),
+        Scenario::Reads | Scenario::FindSlots | Scenario::FindWorst | Scenario::FindOne => Vec::new(),
         Scenario::Success => hot_set(&client, &url, &admin, WIDE_CAPACITY).await?,
         Scenario::Opening | Scenario::Reject | Scenario::Mix => hot_set(&client, &url, &admin, 1).await?,
     };
@@ -255,12 +292,15 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
             max_in_flight: args.max_in_flight,
             connections: tokio::sync::Semaphore::new(args.connections.unwrap_or(args.max_connections)),
             start,
-            stats: [Mutex::default(), Mutex::default()],
+            stats: [Mutex::default(), Mutex::default(), Mutex::default()],
+            scenario: args.scenario,
+            specialties: manifest.specialties.clone(),
         })
     };
     let rpw = u64::from(args.reads_per_write) + 1;
     let pick = move |scenario: Scenario, n: u64| match scenario {
         Scenario::Reads => Kind::Read,
+        Scenario::FindSlots | Scenario::FindWorst | Scenario::FindOne => Kind::Find,
         Scenario::Mix if n % rpw != 0 => Kind::Read,
         _ => Kind::Book,
     };
@@ -380,7 +420,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         "op", "done", "achieved/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
     );
     let mut healthy = true;
-    for (kind, name) in [(Kind::Book, "book"), (Kind::Read, "read")] {
+    for (kind, name) in [(Kind::Book, "book"), (Kind::Read, "read"), (Kind::Find, "find")] {
         let mut stats = ctx.stats(kind);
         if stats.latencies_us.is_empty() && stats.skipped == 0 {
             continue;

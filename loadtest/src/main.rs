@@ -10,6 +10,7 @@
 //!   rate, p50/p99/max per operation and outcome counts, then checks in the database that every
 //!   slot's `booked_count` equals its BOOKED appointments and never exceeds its capacity.
 //!   `--contacts` and `--webhook` add the deliveries of every booking and their lag.
+//!   `find-slots`, `find-worst` and `find-one` measure the slot search (docs/find-slots.md).
 //! - `life`: the lifecycle's figures (holds, confirms, cancels with waiters, mass expiry).
 //! - `receive`: the webhook receiver of `run --webhook`.
 //! - `smtp-sink`: an SMTP server that accepts every message and keeps none, for the same runs.
@@ -61,6 +62,14 @@ pub(crate) enum Scenario {
     Success,
     /// 50 slot lists : 1 booking (on a fresh empty capacity-1 set).
     Mix,
+    /// `findSlots`: a random specialty, a random start day of the grid, 14 days, first 20.
+    FindSlots,
+    /// `findSlots` for the specialty whose first 13 days the seed booked out, from the first
+    /// day, 14 days, first 20 (the search's worst case).
+    FindWorst,
+    /// `findSlots` with `onePerDoctor`: a random specialty of 100+ doctors, a random start day,
+    /// 14 days, first 100.
+    FindOne,
 }
 
 /// Settings of `run`.

@@ -1,6 +1,8 @@
 //! `seed`: the benchmark data set in two set-based statements (doctors, then every slot), the
 //! same shape as the peers' `seed.sql`: days from tomorrow (UTC), 08:00–18:00, 15 minutes,
-//! capacity 1.
+//! capacity 1. The doctors have one of [`SPECIALTIES`] (20, of uneven sizes); the first
+//! `--full-days` days of [`WORST`] are booked out (one appointment per slot, so the invariant
+//! check still holds), the slot search's worst case (docs/find-slots.md).
 
 use std::{path::PathBuf, time::Instant};
 
@@ -27,6 +29,9 @@ pub(crate) struct SeedArgs {
     /// be older than this one's migrations).
     #[arg(long)]
     no_migrate: bool,
+    /// Days from tomorrow whose slots of the [`WORST`] specialty are booked out.
+    #[arg(long, default_value_t = 13)]
+    full_days: i32,
     /// Where the manifest goes.
     #[arg(long, default_value = "loadtest-seed.json")]
     out: PathBuf,
@@ -41,6 +46,42 @@ pub(crate) struct Manifest {
     pub(crate) dates: Vec<String>,
     /// Slots created.
     pub(crate) slots: i64,
+    /// Every specialty with its doctors' count, largest first (none in manifests of older seeds).
+    #[serde(default)]
+    pub(crate) specialties: Vec<(String, usize)>,
+}
+
+/// The seed's specialties and their shares of the doctors, in thousandths (20, summing to 1000).
+pub(crate) const SPECIALTIES: [(&str, usize); 20] = [
+    ("general", 180),
+    ("cardiology", 110),
+    ("dermatology", 90),
+    ("pediatrics", 80),
+    ("orthopedics", 70),
+    ("neurology", 60),
+    ("rheumatology", 55),
+    ("ophthalmology", 50),
+    ("dentistry", 45),
+    ("psychiatry", 40),
+    ("gynecology", 35),
+    ("urology", 30),
+    ("oncology", 28),
+    ("endocrinology", 25),
+    ("gastroenterology", 22),
+    ("pulmonology", 20),
+    ("nephrology", 18),
+    ("allergology", 15),
+    ("hematology", 14),
+    ("geriatrics", 13),
+];
+
+/// The specialty whose first `--full-days` days are booked out.
+pub(crate) const WORST: &str = "rheumatology";
+
+/// The specialty of each thousandth: doctor `g` (from 1) has `shares()[(g * 7919) % 1000]`
+/// (7919 is prime to 1000, so every 1000 doctors take each share exactly).
+fn shares() -> Vec<&'static str> {
+    SPECIALTIES.iter().flat_map(|(name, n)| std::iter::repeat_n(*name, *n)).collect()
 }
 
 /// Runs `seed`.
@@ -60,16 +101,22 @@ pub(crate) async fn run(args: SeedArgs) -> anyhow::Result<bool> {
     let pool = sqlx::PgPool::connect(&args.database_url).await.context("connecting")?;
 
     let t = Instant::now();
-    let doctors: Vec<i64> = sqlx::query_scalar(
+    let rows: Vec<(i64, String)> = sqlx::query_as(
         "INSERT INTO doctor (name, specialty, timezone, created_at) \
-         SELECT 'Doctor ' || g, (ARRAY['general','cardiology','dermatology','pediatrics','orthopedics',\
-         'neurology','ophthalmology','dentistry'])[1 + g % 8], 'UTC', now() \
-         FROM generate_series(1, $1) AS g RETURNING id",
+         SELECT 'Doctor ' || g, ($2::text[])[1 + (g * 7919) % 1000], 'UTC', now() \
+         FROM generate_series(1, $1) AS g RETURNING id, specialty",
     )
     .bind(args.doctors)
+    .bind(shares())
     .fetch_all(&pool)
     .await
     .context("inserting doctors")?;
+    let doctors: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
+    let mut specialties: Vec<(String, usize)> = SPECIALTIES
+        .iter()
+        .map(|(name, _)| ((*name).to_owned(), rows.iter().filter(|(_, s)| s == name).count()))
+        .collect();
+    specialties.sort_by_key(|s| std::cmp::Reverse(s.1));
     let doctors_s = t.elapsed().as_secs_f64();
 
     let t = Instant::now();
@@ -90,6 +137,30 @@ pub(crate) async fn run(args: SeedArgs) -> anyhow::Result<bool> {
     .rows_affected();
     let slots_s = t.elapsed().as_secs_f64();
 
+    // The worst case of the slot search: the first days of one specialty booked out, each
+    // slot by an appointment of its own patient (the invariant check counts them).
+    let t = Instant::now();
+    let filled = sqlx::query(
+        "WITH s AS (SELECT t.id, t.start_at, t.end_at, row_number() OVER (ORDER BY t.id) AS n \
+                    FROM time_slot t JOIN doctor d ON d.id = t.doctor_id \
+                    WHERE d.id = ANY($1) AND d.specialty = $2 \
+                      AND t.start_at < (date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') \
+                                       + make_interval(days => 1 + $3)), \
+              u AS (UPDATE time_slot t SET booked_count = t.capacity, version = t.version + 1 FROM s WHERE t.id = s.id) \
+         INSERT INTO appointment (slot_id, patient_id, status, booked_by, idempotency_key, request_hash, created_at, \
+                                  start_at, end_at, slot_count) \
+         SELECT s.id, 8000000000 + s.n, 'BOOKED', 'partner:seed', 'seed-' || s.id, 'seed', now(), s.start_at, s.end_at, 1 \
+         FROM s",
+    )
+    .bind(&doctors)
+    .bind(WORST)
+    .bind(args.full_days)
+    .execute(&pool)
+    .await
+    .context("booking out the worst case")?
+    .rows_affected();
+    let filled_s = t.elapsed().as_secs_f64();
+
     // VACUUM as well as ANALYZE: the measured runs then start on a database like a long-running
     // one's, not beside autovacuum's first pass over a million fresh rows.
     let t = Instant::now();
@@ -101,12 +172,13 @@ pub(crate) async fn run(args: SeedArgs) -> anyhow::Result<bool> {
         .filter_map(|n| today.checked_add_days(chrono::Days::new(u64::try_from(n).unwrap_or(0))))
         .map(|d| d.format("%Y-%m-%d").to_string())
         .collect();
-    let manifest = Manifest { doctors, dates, slots: i64::try_from(slots).unwrap_or(i64::MAX) };
+    let manifest = Manifest { doctors, dates, slots: i64::try_from(slots).unwrap_or(i64::MAX), specialties };
     std::fs::write(&args.out, serde_json::to_vec(&manifest)?).with_context(|| format!("writing {:?}", args.out))?;
     println!(
-        "seeded {} doctors ({doctors_s:.1} s) and {slots} slots ({slots_s:.1} s), VACUUM (ANALYZE) {analyze_s:.1} s; \
-         total {:.1} s; manifest {}",
+        "seeded {} doctors ({doctors_s:.1} s) and {slots} slots ({slots_s:.1} s), {WORST}'s first {} days booked \
+         out ({filled} slots, {filled_s:.1} s), VACUUM (ANALYZE) {analyze_s:.1} s; total {:.1} s; manifest {}",
         manifest.doctors.len(),
+        args.full_days,
         started.elapsed().as_secs_f64(),
         args.out.display()
     );
