@@ -280,17 +280,23 @@ async fn across(
     // Before any real position: doctor and slot ids are positive.
     let after = after.unwrap_or(Position { start_at: criteria.from, doctor_id: 0, slot_id: 0 });
     if db.backend() == DbBackend::Postgres {
+        // The zone comes from a scalar subquery, not a join: a join lets the generic plan hash
+        // the doctors, read the whole window and sort it (1.5 s on the benchmark data set);
+        // this way the only plan is the index read in answer order, stopping at the limit.
+        // The index is read alone; the page's rows are read by id at the end.
         const SQL: &str = concat!(
-            "SELECT ",
+            "WITH c AS (SELECT s.start_at, s.doctor_id, s.id, z.tz FROM time_slot s \
+               CROSS JOIN LATERAL (SELECT (SELECT d.timezone FROM doctor d WHERE d.id = s.doctor_id) AS tz) AS z \
+               WHERE s.open AND s.start_at >= $1 AND s.start_at < $2 \
+                 AND (s.start_at, s.doctor_id, s.id) > ($3, $4, $5) \
+                 AND ($6::bigint[] IS NULL OR s.doctor_id = ANY($6)) \
+                 AND ($7::int[] IS NULL OR extract(isodow FROM s.start_at AT TIME ZONE z.tz)::int = ANY($7)) \
+                 AND ($8::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) >= $8 * 60) \
+                 AND ($9::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) < $9 * 60) \
+               ORDER BY s.start_at, s.doctor_id, s.id LIMIT $10) \
+             SELECT ",
             slot_columns!("s"),
-            ", d.timezone FROM time_slot s JOIN doctor d ON d.id = s.doctor_id \
-             WHERE s.open AND s.start_at >= $1 AND s.start_at < $2 \
-               AND (s.start_at, s.doctor_id, s.id) > ($3, $4, $5) \
-               AND ($6::bigint[] IS NULL OR s.doctor_id = ANY($6)) \
-               AND ($7::int[] IS NULL OR extract(isodow FROM s.start_at AT TIME ZONE d.timezone)::int = ANY($7)) \
-               AND ($8::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE d.timezone)::time) >= $8 * 60) \
-               AND ($9::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE d.timezone)::time) < $9 * 60) \
-             ORDER BY s.start_at, s.doctor_id, s.id LIMIT $10"
+            ", c.tz FROM c JOIN time_slot s ON s.id = c.id ORDER BY c.start_at, c.doctor_id, c.id"
         );
         let query = sqlx::query(SQL)
             .bind(criteria.from)
