@@ -19,6 +19,7 @@ pub mod outcome;
 pub mod params;
 pub mod resources;
 pub mod search;
+pub mod settings;
 
 #[cfg(test)]
 mod golden;
@@ -36,6 +37,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+pub use self::settings::Settings;
 use self::{
     feed::{Feed, FeedFile, Rendered, Snapshot},
     outcome::{FhirError, FHIR_JSON},
