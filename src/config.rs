@@ -155,13 +155,18 @@ pub(crate) mod tests {
         Config::from_lookup(|k| map.get(k).cloned())
     }
 
-    /// The variables a load with nothing set reads: every one (none depends on another's value
-    /// to be read at all).
-    fn variables_read() -> Vec<&'static str> {
+    /// The variables a load with nothing set reads, with the file that read each: every
+    /// variable (none depends on another's value to be read at all).
+    fn reads() -> Vec<(&'static str, &'static str)> {
         let mut r = Reader::new(|_| None);
         let loaded = Config::from_reader(&mut r);
         assert!(loaded.is_ok(), "the defaults load: {:?}", loaded.err());
         r.read().to_vec()
+    }
+
+    /// The variables a load reads.
+    fn variables_read() -> Vec<&'static str> {
+        reads().into_iter().map(|(var, _)| var).collect()
     }
 
     #[test]
@@ -190,11 +195,17 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn no_variable_is_read_twice() {
-        let read = variables_read();
-        let mut seen = BTreeSet::new();
-        let twice: Vec<_> = read.iter().filter(|v| !seen.insert(**v)).collect();
-        assert!(twice.is_empty(), "read by more than one module, or twice by one: {twice:?}");
+    fn each_variable_is_read_once_by_one_module() {
+        let mut by_var: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (var, file) in reads() {
+            by_var.entry(var).or_default().push(file);
+        }
+        let twice: BTreeSet<_> = by_var.iter().filter(|(_, files)| files.len() > 1).collect();
+        assert!(twice.is_empty(), "read more than once (by these files): {twice:?}");
+        // The modules read their own: the composition reads only what several of them share.
+        let composition: BTreeSet<_> =
+            by_var.iter().filter(|(_, files)| files[0].ends_with("config.rs")).map(|(var, _)| *var).collect();
+        assert_eq!(composition, BTreeSet::from(["DATA_DIR", "REDIS_KEY_PREFIX", "REDIS_URL"]));
     }
 
     #[test]

@@ -35,10 +35,10 @@ impl ConfigError {
 
 type Lookup<'a> = Box<dyn Fn(&str) -> Option<String> + 'a>;
 
-/// Where settings come from, recording each variable read.
+/// Where settings come from, recording each variable read and the source file that read it.
 pub struct Reader<'a> {
     lookup: Lookup<'a>,
-    read: Vec<&'static str>,
+    read: Vec<(&'static str, &'static str)>,
 }
 
 impl Reader<'static> {
@@ -59,18 +59,21 @@ impl<'a> Reader<'a> {
         Self { lookup: Box::new(lookup), read: Vec::new() }
     }
 
-    /// The variables read so far, in order, each as often as it was read.
-    pub fn read(&self) -> &[&'static str] {
+    /// The variables read so far, in order, each as often as it was read, with the source file
+    /// of the `from_env` that read it.
+    pub fn read(&self) -> &[(&'static str, &'static str)] {
         &self.read
     }
 
     /// The value of `var`; unset and blank alike are `None`.
+    #[track_caller]
     pub fn string(&mut self, var: &'static str) -> Option<String> {
-        self.read.push(var);
+        self.read.push((var, std::panic::Location::caller().file()));
         (self.lookup)(var).filter(|v| !v.trim().is_empty())
     }
 
     /// `var` made into a `T` by `parse`, whose `Err` is the reason; `None` when unset.
+    #[track_caller]
     pub fn with<T>(
         &mut self,
         var: &'static str,
@@ -81,6 +84,7 @@ impl<'a> Reader<'a> {
 
     /// `var` made into a `T` by `parse`, or `default` made into one when unset (a default is
     /// spelt as a value would be, and checked alike).
+    #[track_caller]
     pub fn with_or<T>(
         &mut self,
         var: &'static str,
@@ -93,6 +97,7 @@ impl<'a> Reader<'a> {
 
     /// `var` made into a `T` by `parse`, which is given the name to make its own error with
     /// (to show a part of the value, or the value without its password); `None` when unset.
+    #[track_caller]
     pub fn with_named<T>(
         &mut self,
         var: &'static str,
@@ -103,11 +108,13 @@ impl<'a> Reader<'a> {
 
     /// `var` parsed as a `T` (`expected` says what it should be, e.g. "a number of seconds"),
     /// `default` when unset.
+    #[track_caller]
     pub fn parse<T: FromStr>(&mut self, var: &'static str, default: T, expected: &str) -> Result<T, ConfigError> {
         Ok(self.with(var, |raw| raw.trim().parse().map_err(|_| format!("expected {expected}")))?.unwrap_or(default))
     }
 
     /// A number within `range` (a value outside says "must be at least …" or "at most …").
+    #[track_caller]
     pub fn number<T>(
         &mut self,
         var: &'static str,
@@ -134,6 +141,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A whole number of milliseconds within `range`.
+    #[track_caller]
     pub fn millis(
         &mut self,
         var: &'static str,
@@ -145,6 +153,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A whole number of seconds within `range`.
+    #[track_caller]
     pub fn secs(
         &mut self,
         var: &'static str,
@@ -174,6 +183,8 @@ mod tests {
         let err = r.millis("D", 0, 10.., "a number of milliseconds").unwrap_err();
         assert_eq!(err.to_string(), "D=\"3\": must be at least 10");
         assert_eq!(r.secs("E", 5, ..=4, "seconds").unwrap_err().reason, "must be at most 4");
-        assert_eq!(r.read(), ["A", "B", "C", "D", "E"]);
+        let names: Vec<_> = r.read().iter().map(|(var, _)| *var).collect();
+        assert_eq!(names, ["A", "B", "C", "D", "E"]);
+        assert!(r.read().iter().all(|(_, file)| file.ends_with("settings.rs")), "{:?}", r.read());
     }
 }

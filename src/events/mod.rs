@@ -115,13 +115,8 @@ impl Live {
             }
             None => relay::Publisher::Local(bus.clone()),
         };
-        let relay = relay::Relay {
-            db: db.clone(),
-            publisher,
-            follow_ups: settings.follow_ups,
-            poll_interval: settings.relay.poll_interval,
-            gather: settings.relay.gather,
-        };
+        let relay =
+            relay::Relay { db: db.clone(), publisher, follow_ups: settings.follow_ups, settings: settings.relay };
         handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
         let reader = stream::SnapshotReader::new(db, settings.snapshot_concurrency);
         (Self { bus: bus.clone(), reader, stopping }, sink, LiveTasks { stop, bus, handles })
