@@ -274,9 +274,8 @@ impl Application {
             service: service.clone(),
             tokens: Arc::clone(&tokens),
             feed,
-            public_base_url: config.fhir.public_base_url.clone(),
+            settings: config.fhir.clone(),
             fallback_origin: format!("http://{}", config.http.bind_addr),
-            feed_max_age: config.fhir.feed_max_age,
             max_body_bytes: config.http.limits.max_body_bytes,
         };
         let state = AppState {
