@@ -2,7 +2,7 @@
 //! embeddable availability widget.
 
 mod connection;
-pub mod cors;
+mod cors;
 mod graphiql;
 mod graphql;
 mod health;
