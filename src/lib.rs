@@ -6,7 +6,14 @@
 //!
 //! # Layout
 //!
-//! - [`config`] — every environment setting, parsed and validated at start-up.
+//! - [`settings`] — the [`settings::Reader`] every module reads its environment variables
+//!   with, and the one [`settings::ConfigError`] a bad value makes.
+//! - [`config`] — [`config::Config`], the composition of the modules' settings: each module
+//!   owns its variables, defaults and checks in a `Settings::from_env` beside the code they
+//!   configure (`db/settings.rs`, `guard/settings.rs`, `http/settings.rs` with the CORS origins
+//!   in `http/cors.rs`, `notify/settings.rs` with the SMTP and SMS URLs in
+//!   `notify/transport.rs`, `fhir/settings.rs`, …); `config` adds only the rules that involve
+//!   two modules, and tests that each variable is read once, named once and documented.
 //! - [`startup`] — [`startup::Application::build`] wires the layers and binds the port.
 //! - [`http`] — the router; GraphQL over HTTP and WebSocket, health, readiness, metrics.
 //! - [`fhir`] — FHIR R4 beside GraphQL: reads, the slot search, `$hold`/`$book`, and the SMART
@@ -57,6 +64,7 @@ pub mod http;
 pub mod model;
 pub mod notify;
 pub mod retention;
+pub mod settings;
 pub mod startup;
 pub mod telemetry;
 pub mod webhooks;

@@ -64,7 +64,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let log_writer = telemetry::init(config.log_format);
+    let log_writer = telemetry::init(&config.telemetry);
     let result = run(command, config).await;
     // The log lines written so far come first.
     drop(log_writer);
@@ -91,10 +91,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 statement_timeout: std::time::Duration::from_secs(600),
                 hot_connections: 0,
             };
-            let db = Db::connect(&config.database, &settings)
-                .await
-                .map_err(|e| StartupError::database(&config.database, &e))?;
-            db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
+            let target = &config.db.target;
+            let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
+            db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
             println!("migrations applied");
         }
         Command::Token { role, sub, doctor_id, ttl_hours } => {
@@ -112,7 +111,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 };
                 anyhow::bail!("token: the server would refuse this token: {reason} (see --sub and --doctor-id)");
             }
-            let secret = match config.jwt_secret {
+            let secret = match config.auth.jwt_secret {
                 Some(s) => s,
                 None => {
                     load_or_create_dev_secret(&config.data_dir)

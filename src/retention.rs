@@ -13,13 +13,35 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::db::{messages, micros, webhooks, Db, StoreError};
+use crate::{
+    db::{messages, micros, webhooks, Db, StoreError},
+    settings::{ConfigError, Reader},
+};
 
 /// Rows one statement deletes: a few milliseconds of work, attempts of deliveries included.
 pub const BATCH: u64 = 500;
 /// How often the job runs after its first pass at start-up: retention counts in days, so an
 /// hour late is nothing, and a pass that finds nothing costs two index probes.
 const EVERY: Duration = Duration::from_secs(3600);
+
+/// Largest `RETENTION_DAYS`: a hundred years, far beyond any use, and far from overflowing.
+const MAX_DAYS: u64 = 36_500;
+
+/// The retention job's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// How long sent, given-up and skipped messages and finished webhook deliveries are kept
+    /// before the job removes them (`RETENTION_DAYS`, default 30); `None` (`0`): kept for ever.
+    pub keep: Option<Duration>,
+}
+
+impl Settings {
+    /// Reads them.
+    pub fn from_env(r: &mut Reader) -> Result<Self, ConfigError> {
+        let days = r.number("RETENTION_DAYS", 30u64, ..=MAX_DAYS, "a number of days (0 keeps them for ever)")?;
+        Ok(Self { keep: (days > 0).then(|| Duration::from_secs(days * 86_400)) })
+    }
+}
 
 /// What one pass removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,4 +114,24 @@ pub async fn purge(
         }
     }
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{config::tests::config, settings::ConfigError};
+
+    #[test]
+    fn retention_settings() -> Result<(), ConfigError> {
+        assert_eq!(config(&[])?.retention.keep, Some(Duration::from_secs(30 * 86_400)));
+        assert_eq!(config(&[("RETENTION_DAYS", "7")])?.retention.keep, Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(config(&[("RETENTION_DAYS", "0")])?.retention.keep, None, "0 keeps them for ever");
+        for bad in ["-1", "30d", "1.5", "ten", "36501"] {
+            let err = config(&[("RETENTION_DAYS", bad)]).unwrap_err();
+            assert_eq!(err.var, "RETENTION_DAYS", "{bad}");
+            assert!(err.to_string().starts_with("RETENTION_DAYS="), "{err}");
+        }
+        Ok(())
+    }
 }

@@ -8,21 +8,17 @@ use tokio::{net::TcpListener, sync::Notify};
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
     booking::{BookingService, ExpiryJob},
-    config::{Config, DatabaseTarget},
-    db::{Db, PoolSettings, StoreError},
+    config::Config,
+    db::{redact_url, DatabaseTarget, Db, StoreError},
     events::{FollowUp, Live, LiveSettings, LiveTasks},
-    fhir::{
-        feed::{Feed, FeedSettings},
-        map::MapSettings,
-        FhirState,
-    },
-    graphql::{MoreServices, Pipeline, QueryLimits, SubscriptionExecutor},
-    guard::{Guard, GuardSettings},
-    http::{install_recorder, AppState, HttpLimits},
+    fhir::{feed::Feed, FhirState},
+    graphql::{MoreServices, Pipeline, SubscriptionExecutor},
+    guard::Guard,
+    http::{install_recorder, AppState},
     model::Observers,
-    notify::{NotifySettings, NotifyTasks},
+    notify::{NotifyTasks, Outlets},
     retention::RetentionJob,
-    webhooks::{self, EventIds, SenderSettings, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
+    webhooks::{self, EventIds, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
 /// Connections of the delivery workers' pool: the message worker's one, the webhook worker's
@@ -182,7 +178,7 @@ impl Application {
     /// Connects to the database, migrates it, builds the schema and binds the listener.
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         install_recorder();
-        let secret = match &config.jwt_secret {
+        let secret = match &config.auth.jwt_secret {
             Some(s) => s.clone(),
             None => {
                 let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)
@@ -196,48 +192,34 @@ impl Application {
                 secret
             }
         };
-        let settings = PoolSettings {
-            max_connections: config.db_pool_max,
-            acquire_timeout: Duration::from_secs(5),
-            statement_timeout: config.db_statement_timeout,
-            // A booking statement per bulkhead place, and one for each batcher.
-            hot_connections: config.booking_concurrency.saturating_add(2),
-        };
-        let db = Db::connect(&config.database, &settings)
+        // A booking statement per bulkhead place, and one for each batcher.
+        let pool = config.db.pool(config.guard.booking_concurrency.saturating_add(2));
+        let target = &config.db.target;
+        let db = Db::connect(target, &pool)
             .await
-            .map_err(|e| StartupError::database(&config.database, &e))?
-            .with_request_wait(config.booking_queue_timeout);
-        db.migrate().await.map_err(|e| StartupError::migrate(&config.database, &e))?;
-        let redis = match config.redis_url.as_deref() {
+            .map_err(|e| StartupError::database(target, &e))?
+            .with_request_wait(config.guard.queue_timeout);
+        db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
+        let redis = match config.redis.url.as_deref() {
             Some(url) => Some(
                 redis::Client::open(url)
-                    .map_err(|e| StartupError::Redis { url: crate::config::redact_url(url), reason: e.to_string() })?,
+                    .map_err(|e| StartupError::Redis { url: redact_url(url), reason: e.to_string() })?,
             ),
             None => None,
         };
-        let guard = Guard::new(&GuardSettings::from_config(&config), redis.clone())
-            .map_err(|e| StartupError::Lane { threads: config.booking_lane_threads, reason: e.to_string() })?;
+        let guard = Guard::new(&config.guard, redis.clone(), &config.redis.prefix)
+            .map_err(|e| StartupError::Lane { threads: config.guard.booking_lane_threads, reason: e.to_string() })?;
         let guard = Arc::new(guard);
         // The queueing of the main runtime, beside the booking lane's (`lane_wait_seconds`).
         crate::guard::lane::probe("main", tokio::runtime::Handle::current());
         // The SMART Scheduling Links feed, kept fresh by the same committed changes.
-        let feed = Feed::new(
-            db.clone(),
-            FeedSettings {
-                refresh: config.fhir.feed_refresh,
-                resync: config.fhir.feed_resync,
-                map: MapSettings {
-                    booking_url: config.fhir.public_booking_url.clone(),
-                    location: config.fhir.location.clone(),
-                },
-            },
-        );
+        let feed = Feed::new(db.clone(), config.fhir.feed.clone());
         // Partner webhooks: the relay records deliveries and rings the worker after its commit.
         let webhook_bell = Arc::new(Notify::new());
-        let policy = Arc::new(UrlPolicy::new(config.webhook_allow_cidrs.clone()));
-        let max_attempts = i32::try_from(config.webhook_retry_schedule.len() + 1).unwrap_or(i32::MAX);
+        let policy = Arc::new(UrlPolicy::new(config.webhooks.allow_cidrs.clone()));
+        let max_attempts = config.webhooks.max_attempts();
         let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
-        let room = config.webhook_concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
+        let room = config.webhooks.concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
         let webhook_handoff = Arc::new(crate::events::Handoff::new(room));
         let recorder =
             WebhookRecorder::new(event_ids, max_attempts, Arc::clone(&webhook_bell), Arc::clone(&webhook_handoff));
@@ -245,32 +227,26 @@ impl Application {
         let deliveries_db = db.relaxed_commit(DELIVERY_CONNECTIONS);
         let webhook_tasks = webhooks::sender::start(
             deliveries_db.clone(),
-            SenderSettings {
-                schedule: config.webhook_retry_schedule.clone(),
-                timeout: config.webhook_timeout,
-                poll_interval: config.webhook_poll_interval,
-                concurrency: config.webhook_concurrency,
-                policy: Arc::clone(&policy),
-            },
+            config.webhooks.clone(),
+            Arc::clone(&policy),
             Arc::clone(&webhook_bell),
             webhook_handoff,
         )
         .map_err(StartupError::Webhooks)?;
         let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);
         // Telling people: the relay records messages, this instance's worker sends them.
-        let notify = NotifySettings::from_config(&config).map_err(StartupError::Notify)?;
-        notify.announce(config.single_process());
-        let (messages, notify_tasks) = crate::notify::start(deliveries_db, notify);
+        let outlets = Outlets::new(&config.notify, &config.data_dir).map_err(StartupError::Notify)?;
+        outlets.announce(config.single_process());
+        let (messages, notify_tasks) = crate::notify::start(deliveries_db, outlets, &config.notify);
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
             LiveSettings {
                 redis: redis.clone(),
-                redis_prefix: config.redis_prefix.clone(),
+                redis_prefix: config.redis.prefix.clone(),
                 redis_timeout: Duration::from_secs(2),
-                poll_interval: config.outbox_poll_interval,
-                gather: config.outbox_gather,
-                snapshot_concurrency: (config.db_pool_max / 4).max(1) as usize,
+                relay: config.events,
+                snapshot_concurrency: (config.db.pool_max / 4).max(1) as usize,
                 follow_ups: vec![messages as Arc<dyn FollowUp>, Arc::new(recorder) as Arc<dyn FollowUp>],
                 // Every commit, this instance's and the others', reaches the generations of the
                 // reads (what was made of them goes stale) and the feed.
@@ -281,49 +257,40 @@ impl Application {
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
-        let service = BookingService::new(db, relay_wakeup)
-            .with_guard(guard)
-            .with_hold_ttl(config.hold_ttl)
-            .with_offer_ttl(config.waitlist_offer_ttl);
+        let service = BookingService::new(db, relay_wakeup).with_guard(guard).with_settings(&config.booking);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let mut handles = vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping.clone())];
-        if let Some(keep) = config.retention {
+        let mut handles =
+            vec![ExpiryJob::start(service.clone(), config.booking.hold_expiry_interval, stopping.clone())];
+        if let Some(keep) = config.retention.keep {
             handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
         }
         let jobs = Jobs { handles, stop };
-        let limits = QueryLimits { depth: config.max_query_depth, complexity: config.max_query_complexity };
+        let limits = config.graphql.limits;
         let more = MoreServices { webhooks: Some(webhook_service) };
-        // No slot-list cache means no kept answers either: `SLOT_CACHE_TTL_MS=0` switches off both.
-        let answer_ttl = if config.slot_cache_ttl.is_zero() { Duration::ZERO } else { config.answer_cache_ttl };
-        let pipeline = Arc::new(Pipeline::new(limits, service.clone(), more, answer_ttl));
+        let pipeline = Arc::new(Pipeline::new(limits, service.clone(), more, config.graphql.answer_cache_ttl));
         let subscriptions = SubscriptionExecutor::new(Arc::clone(&pipeline), live, limits);
         let tokens = Arc::new(TokenIssuer::new(&secret)?);
         let fhir = FhirState {
             service: service.clone(),
             tokens: Arc::clone(&tokens),
             feed,
-            public_base_url: config.fhir.public_base_url.clone(),
-            fallback_origin: format!("http://{}", config.bind_addr),
-            feed_max_age: config.fhir.feed_max_age,
-            max_body_bytes: config.max_body_bytes,
+            settings: config.fhir.clone(),
+            fallback_origin: format!("http://{}", config.http.bind_addr),
+            max_body_bytes: config.http.limits.max_body_bytes,
         };
         let state = AppState {
             pipeline,
             service,
             tokens,
-            limits: HttpLimits {
-                max_body_bytes: config.max_body_bytes,
-                max_batch: config.max_batch_operations,
-                ws_init_timeout: config.ws_init_timeout,
-                ws_max_subscriptions: config.ws_max_subscriptions,
-            },
+            limits: config.http.limits,
             redis,
             subscriptions,
-            origins: config.cors_allowed_origins.clone(),
+            origins: config.http.origins.clone(),
             fhir: Some(fhir),
         };
-        let listen_error = |e: std::io::Error| StartupError::Listen { addr: config.bind_addr, reason: io_reason(&e) };
-        let listener = TcpListener::bind(config.bind_addr).await.map_err(listen_error)?;
+        let bind_addr = config.http.bind_addr;
+        let listen_error = |e: std::io::Error| StartupError::Listen { addr: bind_addr, reason: io_reason(&e) };
+        let listener = TcpListener::bind(bind_addr).await.map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
         Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks })
     }

@@ -8,8 +8,8 @@ use std::{
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use super::Secret;
 use super::{Caller, Role};
-use crate::config::Secret;
 
 /// The claims of a clinic-booking token.
 #[derive(Debug, Serialize, Deserialize)]

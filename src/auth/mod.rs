@@ -6,9 +6,11 @@
 
 mod jwt;
 mod secret;
+pub mod settings;
 
 pub use jwt::{Claims, TokenError, TokenIssuer};
 pub use secret::load_or_create_dev_secret;
+pub use settings::{Secret, Settings};
 
 use std::fmt;
 

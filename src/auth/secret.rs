@@ -5,7 +5,7 @@ use std::{io::Write, path::Path};
 
 use rand::RngCore;
 
-use crate::config::Secret;
+use super::Secret;
 
 /// File name of the dev-mode secret inside the data directory.
 const FILE: &str = "clinic-booking.jwt-secret";

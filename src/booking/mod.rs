@@ -22,6 +22,7 @@ mod publish;
 pub mod read;
 mod reschedule;
 pub mod schedule;
+pub mod settings;
 mod waitlist;
 
 pub use book::{BookRequest, Booked};
@@ -33,6 +34,7 @@ pub use find::{FindRequest, FoundSlots, SlotPosition};
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
 pub use reschedule::{RescheduleRequest, Rescheduled};
+pub use settings::Settings;
 pub use waitlist::{JoinRequest, Joined, Left, MY_WAITLIST_LIMIT};
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -90,6 +92,11 @@ impl BookingService {
     /// The same service with waitlist offers kept for `ttl`.
     pub fn with_offer_ttl(self, ttl: Duration) -> Self {
         Self { offer_ttl: chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX), ..self }
+    }
+
+    /// The same service with the holds and offers of `settings`.
+    pub fn with_settings(self, settings: &Settings) -> Self {
+        self.with_hold_ttl(settings.hold_ttl).with_offer_ttl(settings.waitlist_offer_ttl)
     }
 
     /// The same service with holds kept for `ttl`.

@@ -41,11 +41,13 @@ mod hot;
 pub mod messages;
 pub mod outbox;
 pub mod seats;
+pub mod settings;
 pub mod slots;
 pub mod waitlist;
 mod write;
 
 pub use coalesced::CoalescedReads;
+pub use settings::{redact_url, DatabaseTarget, Settings};
 pub use write::{WriteTransaction, Writing};
 pub mod webhooks;
 
@@ -64,8 +66,6 @@ use sqlx::{
     postgres::{PgConnectOptions, PgPoolOptions},
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
-
-use crate::config::DatabaseTarget;
 
 /// Failure of the persistence layer: always an internal error to API users.
 #[derive(Debug, thiserror::Error)]
@@ -439,7 +439,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{doctors, slots, Db, PoolSettings};
-    use crate::config::DatabaseTarget;
+    use crate::db::DatabaseTarget;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_pool_connections_open_only_after_the_migrations() -> Result<(), Box<dyn std::error::Error>> {

@@ -162,10 +162,7 @@ mod tests {
     use sea_orm::{ConnectionTrait, DbErr, Statement, TransactionTrait};
     use tokio::sync::Barrier;
 
-    use crate::{
-        config::DatabaseTarget,
-        db::{Db, PoolSettings, StoreError},
-    };
+    use crate::db::{DatabaseTarget, Db, PoolSettings, StoreError};
 
     /// Two pools on one SQLite file (two instances of one process), as the tests run them.
     async fn two_pools(dir: &std::path::Path) -> Result<(Db, Db), StoreError> {

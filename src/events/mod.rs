@@ -20,6 +20,7 @@ pub mod follow_up;
 pub mod handoff;
 pub(crate) mod pubsub;
 pub(crate) mod relay;
+pub mod settings;
 pub(crate) mod stream;
 
 use std::{sync::Arc, time::Duration};
@@ -31,6 +32,7 @@ use tokio::{sync::watch, task::JoinHandle};
 pub use follow_up::{FollowUp, Notification};
 pub use handoff::Handoff;
 pub use relay::RelaySink;
+pub use settings::Settings;
 pub use stream::UPCOMING_WINDOW;
 
 pub use crate::model::{ChangeObserver, CommitSink, SlotChange};
@@ -65,10 +67,8 @@ pub struct LiveSettings {
     pub redis_prefix: String,
     /// Longest wait for one Redis publish round trip.
     pub redis_timeout: Duration,
-    /// How often the relay looks at the outbox when no commit woke it.
-    pub poll_interval: Duration,
-    /// How long the relay waits after a commit woke it before its pass.
-    pub gather: Duration,
+    /// The relay's own settings (`OUTBOX_POLL_MS`, `OUTBOX_GATHER_MS`).
+    pub relay: Settings,
     /// Subscriptions reading their snapshot from the database at once.
     pub snapshot_concurrency: usize,
     /// Who records the messages and deliveries that committed appointment events call for.
@@ -115,13 +115,8 @@ impl Live {
             }
             None => relay::Publisher::Local(bus.clone()),
         };
-        let relay = relay::Relay {
-            db: db.clone(),
-            publisher,
-            follow_ups: settings.follow_ups,
-            poll_interval: settings.poll_interval,
-            gather: settings.gather,
-        };
+        let relay =
+            relay::Relay { db: db.clone(), publisher, follow_ups: settings.follow_ups, settings: settings.relay };
         handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
         let reader = stream::SnapshotReader::new(db, settings.snapshot_concurrency);
         (Self { bus: bus.clone(), reader, stopping }, sink, LiveTasks { stop, bus, handles })

@@ -96,10 +96,9 @@ pub(super) struct Relay {
     pub(super) publisher: Publisher,
     /// Who records the messages and deliveries the events call for.
     pub(super) follow_ups: Vec<Arc<dyn FollowUp>>,
-    pub(super) poll_interval: Duration,
-    /// How long a pass waits after a commit rang, so that it carries the changes of the commits
-    /// that follow it closely.
-    pub(super) gather: Duration,
+    /// Its poll, and how long a pass waits after a commit rang, so that it carries the changes
+    /// of the commits that follow it closely.
+    pub(super) settings: super::Settings,
 }
 
 impl Relay {
@@ -110,7 +109,7 @@ impl Relay {
             let wait = match self.drain().await {
                 Ok(()) => {
                     backoff.reset();
-                    self.poll_interval
+                    self.settings.poll_interval
                 }
                 Err(error) => {
                     tracing::warn!(%error, "outbox relay pass failed; rows stay for the next attempt");
@@ -119,7 +118,7 @@ impl Relay {
                 }
             };
             tokio::select! {
-                () = sink.wake.notified() => tokio::time::sleep(self.gather).await,
+                () = sink.wake.notified() => tokio::time::sleep(self.settings.gather).await,
                 () = tokio::time::sleep(wait) => {}
                 () = super::stopped(&mut stop) => return,
             }

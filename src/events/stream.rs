@@ -300,10 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn rereads_of_one_range_share_a_query() -> Result<(), Box<dyn std::error::Error>> {
-        use crate::{
-            config::DatabaseTarget,
-            db::{doctors, slots::NewSlot, PoolSettings},
-        };
+        use crate::db::{doctors, slots::NewSlot, DatabaseTarget, PoolSettings};
         let dir = tempfile::tempdir()?;
         let settings = PoolSettings {
             max_connections: 4,

@@ -58,7 +58,7 @@ const FIRST_BUILD_WAIT: Duration = Duration::from_secs(60);
 const MANIFESTS_KEPT: usize = 8;
 
 /// How the feed is kept.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedSettings {
     /// How often committed changes are applied and new rows looked for.
     pub refresh: Duration,

@@ -11,11 +11,9 @@ use super::{
     map::{self, MapSettings, SlotFacts},
     outcome::FhirError,
     resources::Resource,
+    settings::{LocationSettings, PostalAddress},
 };
-use crate::{
-    config::{LocationSettings, PostalAddress},
-    db::entity::{appointment, doctor},
-};
+use crate::db::entity::{appointment, doctor};
 
 fn at(h: u32, m: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 12, 1, h, m, 0).unwrap()

@@ -9,8 +9,8 @@ use super::resources::{
     Address, Appointment, AppointmentParticipant, CodeableConcept, Coding, ContactPoint, Extension, HumanName,
     Location, Practitioner, PractitionerRole, Reference, Schedule, Slot,
 };
+use super::settings::LocationSettings;
 use crate::{
-    config::LocationSettings,
     db::entity::{appointment, doctor},
     model::{AppointmentStatus, CancelledBy},
 };
@@ -28,7 +28,7 @@ pub const CANCELLATION_DATE_URL: &str =
 const CANCELLATION_REASON_SYSTEM: &str = "http://terminology.hl7.org/CodeSystem/appointment-cancellation-reason";
 
 /// What the mapping needs besides the rows: the settings that shape the resources.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapSettings {
     /// `PUBLIC_BOOKING_URL`: the template of `booking-deep-link`.
     pub booking_url: Option<String>,

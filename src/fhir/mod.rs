@@ -20,6 +20,7 @@ pub mod outcome;
 pub mod params;
 pub mod resources;
 pub mod search;
+pub mod settings;
 
 #[cfg(test)]
 mod golden;
@@ -37,6 +38,7 @@ use axum::{
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+pub use self::settings::Settings;
 use self::{
     feed::{Feed, FeedFile, Rendered, Snapshot},
     outcome::{FhirError, FHIR_JSON},
@@ -64,13 +66,11 @@ pub struct FhirState {
     pub tokens: Arc<TokenIssuer>,
     /// The SMART Scheduling Links feed.
     pub feed: Feed,
-    /// `PUBLIC_BASE_URL`, without `/fhir`.
-    pub public_base_url: Option<String>,
+    /// The surface's settings (`PUBLIC_BASE_URL`, the feed's `max-age`, …).
+    pub settings: Settings,
     /// The origin when neither `PUBLIC_BASE_URL` nor a usable `Host` header says one
     /// (`http://BIND_ADDR`).
     pub fallback_origin: String,
-    /// `Cache-Control: max-age` of the feed.
-    pub feed_max_age: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
 }
@@ -128,7 +128,7 @@ impl FhirState {
     /// The absolute URL of `/fhir` for this request: `PUBLIC_BASE_URL`, else the `Host` header
     /// (when it is a plain host and port), else `http://BIND_ADDR`.
     fn base(&self, headers: &HeaderMap) -> String {
-        if let Some(base) = &self.public_base_url {
+        if let Some(base) = &self.settings.public_base_url {
             return format!("{base}/fhir");
         }
         let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).filter(|h| {
@@ -589,7 +589,7 @@ async fn manifest(
             Arc::new(render_manifest(&state, &snapshot, &base, request, files))
         }
     };
-    Ok(serve_rendered(&headers, &rendered, FHIR_JSON, state.feed_max_age))
+    Ok(serve_rendered(&headers, &rendered, FHIR_JSON, state.settings.feed_max_age))
 }
 
 fn parse_since(raw: &str) -> Result<(String, DateTime<Utc>), FhirError> {
@@ -606,7 +606,7 @@ async fn feed_file(State(state): Shared, headers: HeaderMap, Path(name): Path<St
     let file = snapshot.file(&name).ok_or_else(|| {
         FhirError::new("NOT_FOUND", "no such feed file (it may have been dropped; read the manifest again)")
     })?;
-    Ok(serve_rendered(&headers, &file.rendered, FHIR_NDJSON, state.feed_max_age))
+    Ok(serve_rendered(&headers, &file.rendered, FHIR_NDJSON, state.settings.feed_max_age))
 }
 
 /// Serves a kept file: gzip as kept when the client takes it, `304` when its `If-None-Match`

@@ -10,6 +10,7 @@ pub mod messages;
 mod mutation;
 mod query;
 pub mod scalars;
+pub mod settings;
 mod subscription;
 pub mod types;
 pub mod waitlist;
@@ -27,6 +28,7 @@ pub use loaders::Loaders;
 pub use messages::{MessagesMutation, MessagesQuery};
 pub use mutation::BookingMutation;
 pub use query::BookingQuery;
+pub use settings::Settings;
 pub use subscription::{SubscriptionExecutor, SubscriptionRoot};
 pub use webhooks::{WebhookMutation, WebhookQuery};
 

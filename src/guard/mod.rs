@@ -16,6 +16,7 @@ pub mod known_full;
 pub mod lane;
 pub mod rate_limit;
 mod redis_link;
+pub mod settings;
 
 use std::{sync::Arc, time::Duration};
 
@@ -24,52 +25,11 @@ pub use cache::{SlotCache, TimezoneCache};
 pub use generations::{Generations, Stamp};
 pub use known_full::{FullMark, KnownFull};
 pub use rate_limit::RateLimiter;
-
-use crate::config::Config;
+pub use settings::Settings;
 
 /// Entries each in-process guard keeps (slot lists, time zones, marks, rate windows) before it
 /// sweeps the expired ones.
 const LOCAL_MAX_ENTRIES: usize = 100_000;
-
-/// The settings of the guards (from [`Config`]).
-#[derive(Clone, Debug)]
-pub struct GuardSettings {
-    /// Slot-list TTL; zero: no cache.
-    pub slot_cache_ttl: Duration,
-    /// Booking attempts per patient per window; 0: no limit.
-    pub rate_limit: u32,
-    /// The rate-limit window.
-    pub rate_window: Duration,
-    /// Known-full TTL; zero: off.
-    pub known_full_ttl: Duration,
-    /// Booking attempts using the database at once.
-    pub booking_concurrency: u32,
-    /// Longest wait for the bulkhead.
-    pub queue_timeout: Duration,
-    /// Longest wait for one Redis operation.
-    pub redis_timeout: Duration,
-    /// Worker threads of the booking lane (0: bookings run on the main runtime).
-    pub booking_lane_threads: usize,
-    /// Prefix of every Redis key.
-    pub redis_prefix: String,
-}
-
-impl GuardSettings {
-    /// The guard settings of `config`.
-    pub fn from_config(config: &Config) -> Self {
-        Self {
-            slot_cache_ttl: config.slot_cache_ttl,
-            rate_limit: config.rate_limit_bookings,
-            rate_window: config.rate_limit_window,
-            known_full_ttl: config.known_full_ttl,
-            booking_concurrency: config.booking_concurrency,
-            queue_timeout: config.booking_queue_timeout,
-            redis_timeout: config.redis_timeout,
-            booking_lane_threads: config.booking_lane_threads,
-            redis_prefix: config.redis_prefix.clone(),
-        }
-    }
-}
 
 /// Every guard of an instance, shared by its requests.
 pub struct Guard {
@@ -104,11 +64,11 @@ impl Guard {
         }
     }
 
-    /// The guards of `settings`: in Redis through `redis` when given (connected in the
-    /// background, on the booking lane, so an instance starts while Redis is down), in process
-    /// otherwise. Must run inside the Tokio runtime; fails only when the lane's threads cannot
-    /// be started.
-    pub fn new(settings: &GuardSettings, redis: Option<redis::Client>) -> std::io::Result<Self> {
+    /// The guards of `settings`: in Redis through `redis` when given, under `redis_prefix`
+    /// (connected in the background, on the booking lane, so an instance starts while Redis is
+    /// down), in process otherwise. Must run inside the Tokio runtime; fails only when the
+    /// lane's threads cannot be started.
+    pub fn new(settings: &Settings, redis: Option<redis::Client>, redis_prefix: &str) -> std::io::Result<Self> {
         let lane = lane::Lane::dedicated("booking", settings.booking_lane_threads)?;
         let bulkhead = Bulkhead::new(settings.booking_concurrency, settings.queue_timeout);
         let timezones = TimezoneCache::default();
@@ -124,7 +84,7 @@ impl Guard {
                 lane,
             },
             Some(client) => {
-                let link = redis_link::RedisLink::start(client, &settings.redis_prefix, settings.redis_timeout, &lane);
+                let link = redis_link::RedisLink::start(client, redis_prefix, settings.redis_timeout, &lane);
                 Self {
                     slots: SlotCache::redis(link.clone(), settings.slot_cache_ttl),
                     generations,

@@ -24,8 +24,6 @@ use futures_util::{
 use tower::{Layer, Service};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::config::AllowedOrigins;
-
 /// How long a browser may reuse a preflight's answer: ten minutes, so a page pays one preflight
 /// round trip per ten minutes and request shape, and an origin removed from the list can no
 /// longer send requests (as opposed to reading answers, refused at once) ten minutes later.
@@ -154,6 +152,125 @@ fn add_vary<B>(mut response: Response<B>) -> Response<B> {
     response
 }
 
+/// The browser origins allowed to call the API from pages of other sites (CORS) and to open
+/// WebSockets (`CORS_ALLOWED_ORIGINS`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllowedOrigins {
+    /// Any origin (`*`); responses then allow no credentials.
+    Any,
+    /// Exactly these origins, as browsers write them: `scheme://host[:port]`, lower case, no
+    /// default port. Empty: no other site (the production default).
+    List(Vec<String>),
+    /// Any `http` origin on this machine (`localhost`, `127.0.0.1`, `[::1]`, any port): the
+    /// default in single-process dev mode, for a front end served by a local dev server.
+    Loopback,
+}
+
+impl AllowedOrigins {
+    /// Parses a `CORS_ALLOWED_ORIGINS` value: `*`, or origins separated by commas (empty
+    /// entries are ignored). `Err` carries the bad entry and why.
+    pub fn parse(value: &str) -> Result<Self, (String, String)> {
+        let entries: Vec<&str> = value.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        if entries.contains(&"*") {
+            if entries.len() > 1 {
+                return Err(("*".into(), "* (any origin) stands alone, without other origins".into()));
+            }
+            return Ok(Self::Any);
+        }
+        let mut origins = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let origin = normalize_origin(entry).map_err(|reason| (entry.to_owned(), reason))?;
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+        Ok(Self::List(origins))
+    }
+
+    /// True when a browser page of `origin` (an `Origin` header's value) may call the API.
+    pub fn allows(&self, origin: &str) -> bool {
+        match self {
+            Self::Any => true,
+            Self::List(origins) => origins.iter().any(|o| o.eq_ignore_ascii_case(origin)),
+            Self::Loopback => normalize_origin(origin).is_ok_and(|o| {
+                let Some(authority) = o.strip_prefix("http://") else { return false };
+                let host = match authority.rsplit_once(':') {
+                    Some((host, port)) if !port.contains(']') => host,
+                    _ => authority,
+                };
+                matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+            }),
+        }
+    }
+
+    /// True when no other site is allowed at all.
+    pub fn is_none(&self) -> bool {
+        matches!(self, Self::List(origins) if origins.is_empty())
+    }
+}
+
+/// An origin as browsers serialize it (lower case, no default port), or why `raw` is none.
+fn normalize_origin(raw: &str) -> Result<String, String> {
+    const SHAPE: &str = "an origin is scheme://host[:port], e.g. https://app.example.com";
+    let Some((scheme, authority)) = raw.split_once("://") else {
+        return Err(format!("{SHAPE} (no scheme:// found)"));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+    if !scheme_ok {
+        return Err(format!("{SHAPE} (bad scheme)"));
+    }
+    if authority.contains(['/', '?', '#']) {
+        return Err(format!("{SHAPE}, without a path, not even a trailing /"));
+    }
+    if authority.contains('@') {
+        return Err(format!("{SHAPE}, without user name or password"));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, rest) = v6.split_once(']').ok_or_else(|| format!("{SHAPE} (unclosed [ of an IPv6 address)"))?;
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("{SHAPE} ({addr} is not an IPv6 address)"));
+            }
+            let port = match rest {
+                "" => None,
+                _ => Some(rest.strip_prefix(':').ok_or_else(|| format!("{SHAPE} (text after the IPv6 address)"))?),
+            };
+            (format!("[{}]", addr.to_ascii_lowercase()), port)
+        }
+        None => {
+            let (host, port) = match authority.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            };
+            let host_ok = !host.is_empty()
+                && !host.starts_with(['.', '-'])
+                && host.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b));
+            if !host_ok {
+                return Err(format!("{SHAPE} (bad host {host:?})"));
+            }
+            (host.to_ascii_lowercase(), port)
+        }
+    };
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err(format!("{SHAPE} (bad port {p:?})")),
+        },
+    };
+    let default_port = match scheme.as_str() {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    };
+    Ok(match port {
+        Some(n) if Some(n) != default_port => format!("{scheme}://{host}:{n}"),
+        _ => format!("{scheme}://{host}"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use axum::{body::Body, routing::get, Router};
@@ -184,5 +301,26 @@ mod tests {
         let refused = fhir.oneshot(preflight("https://evil.example.com")).await.unwrap_or_default();
         assert_eq!(refused.status(), StatusCode::NO_CONTENT);
         assert!(!refused.headers().keys().any(|k| k.as_str().starts_with("access-control-")));
+    }
+
+    #[test]
+    fn origins_match_as_browsers_send_them() -> Result<(), (String, String)> {
+        let list = AllowedOrigins::parse("https://app.example.com, http://localhost:3000")?;
+        assert!(list.allows("https://app.example.com"));
+        assert!(list.allows("http://localhost:3000"));
+        for refused in ["http://app.example.com", "https://app.example.com:8443", "http://localhost:3001", "null"] {
+            assert!(!list.allows(refused), "{refused}");
+        }
+        let dev = AllowedOrigins::Loopback;
+        for ok in ["http://localhost", "http://localhost:5173", "http://127.0.0.1:8080", "http://[::1]:3000"] {
+            assert!(dev.allows(ok), "{ok}");
+        }
+        for refused in ["https://localhost", "http://localhost.evil.com", "http://127.0.0.2", "http://evil.com", "null"]
+        {
+            assert!(!dev.allows(refused), "{refused}");
+        }
+        assert!(AllowedOrigins::Any.allows("https://anything.example"));
+        assert!(!AllowedOrigins::parse("")?.allows("http://localhost"));
+        Ok(())
     }
 }

@@ -8,6 +8,7 @@ mod graphql;
 mod health;
 mod linger;
 mod metrics;
+pub mod settings;
 mod widget;
 mod ws;
 
@@ -26,7 +27,7 @@ use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
 use crate::{auth::TokenIssuer, booking::BookingService, graphql::Pipeline};
 
-pub use self::metrics::install_recorder;
+pub use self::{cors::AllowedOrigins, metrics::install_recorder, settings::Settings};
 
 /// Everything a handler needs, shared by all requests of an instance.
 pub struct AppState {
@@ -43,7 +44,7 @@ pub struct AppState {
     /// Runs GraphQL over WebSocket (subscriptions to live availability rendered once per event).
     pub subscriptions: crate::graphql::SubscriptionExecutor,
     /// Origins whose pages may call the API (CORS) and open WebSockets.
-    pub origins: crate::config::AllowedOrigins,
+    pub origins: AllowedOrigins,
     /// The FHIR surface (`/fhir`), taken out when the router is built.
     pub fhir: Option<crate::fhir::FhirState>,
 }

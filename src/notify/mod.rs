@@ -22,47 +22,39 @@ pub mod facts;
 pub mod ics;
 mod record;
 pub mod render;
+pub mod settings;
 pub mod smtp;
 pub mod texts;
 pub mod transport;
 mod worker;
 
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use tokio::{sync::watch, task::JoinHandle};
 
 pub use contact::{Contact, ContactInput, ContactService, Field};
 pub use facts::{Channel, Facts, Kind};
 pub use record::{reminder_due, MessageFollowUp};
+pub use settings::Settings;
 pub use worker::{retry_delay, LEASE};
 
-use crate::{config::Config, db::Db, events::Handoff};
+use crate::{db::Db, events::Handoff};
 use transport::{EmailTransport, SmsTransport};
 
-/// How an instance tells people, from the configuration.
-pub struct NotifySettings {
+/// Where an instance's messages go, and who they say they are from.
+pub struct Outlets {
     email: EmailTransport,
     sms: SmsTransport,
     sender: render::Sender,
-    reminder_before: Duration,
-    max_attempts: u32,
-    retry_max: Duration,
-    poll: Duration,
-    concurrency: usize,
 }
 
-impl NotifySettings {
-    /// The transports and limits `config` names (`SMTP_URL`, `MAIL_FROM`, `SMS_URL`, …).
-    pub fn from_config(config: &Config) -> Result<Self, String> {
+impl Outlets {
+    /// The transports `settings` names (`SMTP_URL`, `SMS_URL`), or files under `data_dir`.
+    pub fn new(settings: &Settings, data_dir: &std::path::Path) -> Result<Self, String> {
         Ok(Self {
-            email: EmailTransport::new(config.smtp_url.as_ref(), &config.data_dir, config.notify_concurrency)?,
-            sms: SmsTransport::new(config.sms.as_ref(), config.sms_from.as_deref(), &config.data_dir)?,
-            sender: render::Sender::new(config.mail_from.clone(), config.sms_from.clone()),
-            reminder_before: config.reminder_before,
-            max_attempts: config.notify_max_attempts,
-            retry_max: config.notify_retry_max,
-            poll: config.notify_poll_interval,
-            concurrency: config.notify_concurrency,
+            email: EmailTransport::new(settings.smtp_url.as_ref(), data_dir, settings.concurrency)?,
+            sms: SmsTransport::new(settings.sms.as_ref(), settings.sms_from.as_deref(), data_dir)?,
+            sender: render::Sender::new(settings.mail_from.clone(), settings.sms_from.clone()),
         })
     }
 
@@ -71,8 +63,8 @@ impl NotifySettings {
     /// warning, because then nobody receives them.
     pub fn announce(&self, single_process: bool) {
         for (what, variable, files, target) in [
-            ("emails", "SMTP_URL", matches!(self.email, EmailTransport::Files(_)), self.email.describe()),
-            ("SMS", "SMS_URL", matches!(self.sms, SmsTransport::Files { .. }), self.sms.describe()),
+            ("emails", settings::SMTP_URL, matches!(self.email, EmailTransport::Files(_)), self.email.describe()),
+            ("SMS", settings::SMS_URL, matches!(self.sms, SmsTransport::Files { .. }), self.sms.describe()),
         ] {
             if !files {
                 tracing::info!("{what} to patients go to {target}");
@@ -95,8 +87,9 @@ pub struct NotifyTasks {
     handle: Option<JoinHandle<()>>,
 }
 
-/// Starts the worker on `db`; returns the follow-up the relay records messages with.
-pub fn start(db: Db, settings: NotifySettings) -> (Arc<MessageFollowUp>, NotifyTasks) {
+/// Starts the worker on `db`, sending through `outlets`; returns the follow-up the relay
+/// records messages with.
+pub fn start(db: Db, outlets: Outlets, settings: &Settings) -> (Arc<MessageFollowUp>, NotifyTasks) {
     let wake = Arc::new(tokio::sync::Notify::new());
     let room = settings.concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
     let handoff = Arc::new(Handoff::new(room));
@@ -104,12 +97,12 @@ pub fn start(db: Db, settings: NotifySettings) -> (Arc<MessageFollowUp>, NotifyT
     let (stop, stopping) = watch::channel(false);
     let worker = worker::Worker {
         db,
-        email: settings.email,
-        sms: settings.sms,
-        sender: settings.sender,
+        email: outlets.email,
+        sms: outlets.sms,
+        sender: outlets.sender,
         max_attempts: settings.max_attempts,
         retry_max: settings.retry_max,
-        poll: settings.poll,
+        poll: settings.poll_interval,
         concurrency: settings.concurrency,
         wake,
         handoff,

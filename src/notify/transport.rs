@@ -14,8 +14,115 @@ use lettre::{
 };
 use percent_encoding::percent_decode_str;
 
+use super::settings::{SMS_URL, SMTP_URL};
 use super::smtp::PlainRelay;
-use crate::config::{SecretUrl, SmsGateway};
+use crate::settings::ConfigError;
+
+/// A URL that may carry credentials (`SMTP_URL`, `SMS_URL`): its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretUrl(url::Url);
+
+impl SecretUrl {
+    /// The URL, credentials included.
+    pub fn expose(&self) -> &url::Url {
+        &self.0
+    }
+
+    /// The URL without its credentials, for logs.
+    pub fn redacted(&self) -> String {
+        let mut shown = self.0.clone();
+        if !shown.username().is_empty() || shown.password().is_some() {
+            let _ = shown.set_username("");
+            let _ = shown.set_password(None);
+        }
+        shown.to_string()
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretUrl({})", self.redacted())
+    }
+}
+
+/// An SMS gateway: where the Twilio-style form goes, and the sender it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmsGateway {
+    /// `SMS_URL`; basic-auth credentials, if any, in its userinfo.
+    pub url: SecretUrl,
+    /// `SMS_FROM`.
+    pub from: String,
+}
+
+/// `SMTP_URL`: what lettre's `AsyncSmtpTransport::from_url` takes, minus what would send a
+/// password in the clear.
+pub(super) fn parse_smtp_url(raw: &str) -> Result<SecretUrl, ConfigError> {
+    let bad = |reason: &str| ConfigError::new(SMTP_URL, hide_password(raw), reason);
+    let url = url::Url::parse(raw).map_err(|e| bad(&format!("not a URL ({e}); expected smtp://host:port")))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no host; expected smtp://host:port or smtps://user:pass@host"));
+    }
+    let mut tls = None;
+    for (key, value) in url.query_pairs() {
+        match (key.as_ref(), value.as_ref()) {
+            ("tls", "required" | "opportunistic") if tls.is_none() => tls = Some(value.into_owned()),
+            _ => return Err(bad("the only query parameter understood is tls=required or tls=opportunistic")),
+        }
+    }
+    let credentials = !url.username().is_empty() || url.password().is_some();
+    match url.scheme() {
+        "smtps" if tls.is_some() => Err(bad("smtps:// is TLS from the start; tls= applies to smtp:// only")),
+        "smtps" => Ok(SecretUrl(url)),
+        "smtp" if credentials && tls.as_deref() != Some("required") && !is_loopback(&url) => Err(bad(
+            "credentials would travel unencrypted: use smtps://user:pass@host or smtp://user:pass@host?tls=required \
+             (plain smtp:// with credentials only to a loopback address)",
+        )),
+        "smtp" => Ok(SecretUrl(url)),
+        _ => Err(bad("expected smtp://host:port or smtps://user:pass@host[:port]")),
+    }
+}
+
+/// `SMS_URL`: an `https://` endpoint, or `http://` to a loopback address (basic-auth
+/// credentials must not cross a network in the clear).
+pub(super) fn parse_sms_url(raw: &str) -> Result<SecretUrl, ConfigError> {
+    let bad = |reason: &str| ConfigError::new(SMS_URL, hide_password(raw), reason);
+    let url = url::Url::parse(raw).map_err(|e| bad(&format!("not a URL ({e})")))?;
+    if url.host().is_none() {
+        return Err(bad("names no host"));
+    }
+    match url.scheme() {
+        "https" => Ok(SecretUrl(url)),
+        "http" if is_loopback(&url) => Ok(SecretUrl(url)),
+        "http" => Err(bad("use https:// (http:// only to a loopback address, for local gateways)")),
+        _ => Err(bad("expected an https:// URL (basic auth from its userinfo)")),
+    }
+}
+
+/// Whether `url` names this machine (`localhost`, 127.0.0.0/8, `::1`): credentials may go
+/// there unencrypted.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        // Hosts of non-special schemes (smtp://) are opaque to `url`: an address reads as a name.
+        Some(url::Host::Domain(d)) => {
+            d.eq_ignore_ascii_case("localhost")
+                || d.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+/// A URL value as shown in an error: without its password.
+fn hide_password(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("***"));
+            url.to_string()
+        }
+        _ => raw.to_owned(),
+    }
+}
 
 /// Longest SMTP exchange of one message (connect, greeting, every command, the data).
 pub const SMTP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -450,7 +450,7 @@ mod tests {
     }
 
     fn policy(allow: &str) -> UrlPolicy {
-        UrlPolicy::new(crate::config::parse_cidrs(allow).unwrap())
+        UrlPolicy::new(crate::webhooks::settings::parse_cidrs(allow).unwrap())
     }
 
     #[test]

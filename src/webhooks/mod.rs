@@ -20,6 +20,7 @@ pub mod address;
 pub mod event;
 mod follow_up;
 pub mod sender;
+pub mod settings;
 pub mod signing;
 
 use std::sync::Arc;
@@ -30,7 +31,8 @@ use tokio::sync::Notify;
 pub use address::UrlPolicy;
 pub use event::EventType;
 pub use follow_up::{EventIds, WebhookRecorder};
-pub use sender::{SenderSettings, WebhookTasks};
+pub use sender::WebhookTasks;
+pub use settings::Settings;
 
 use crate::{
     auth::{Caller, Role},

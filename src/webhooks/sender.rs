@@ -36,7 +36,7 @@ use tracing::Instrument;
 
 use super::{
     address::{Scheme, UrlPolicy},
-    signing, signing_keys,
+    signing, signing_keys, Settings,
 };
 use crate::{
     db::{
@@ -65,21 +65,6 @@ const RECORD_TRIES: u32 = 4;
 /// Batches of outcomes being written at once.
 const RECORDERS: usize = 3;
 
-/// How an instance's worker sends.
-#[derive(Clone, Debug)]
-pub struct SenderSettings {
-    /// The waits before the 2nd, 3rd, … attempt.
-    pub schedule: Vec<Duration>,
-    /// Longest wait for an answer.
-    pub timeout: Duration,
-    /// How often to look at the queue when nothing rang.
-    pub poll_interval: Duration,
-    /// Attempts under way at once.
-    pub concurrency: usize,
-    /// The SSRF rule.
-    pub policy: Arc<UrlPolicy>,
-}
-
 /// The worker task of an instance. It stops when [`WebhookTasks::shutdown`] runs or this value
 /// is dropped.
 pub struct WebhookTasks {
@@ -107,18 +92,20 @@ impl Drop for WebhookTasks {
     }
 }
 
-/// Starts the worker of an instance on `db`, rung by `wake` and fed by `handoff`.
+/// Starts the worker of an instance on `db`, connecting where `policy` permits, rung by `wake`
+/// and fed by `handoff`.
 pub fn start(
     db: Db,
-    settings: SenderSettings,
+    settings: Settings,
+    policy: Arc<UrlPolicy>,
     wake: Arc<Notify>,
     handoff: Arc<Handoff<(Claimed, i64)>>,
 ) -> Result<WebhookTasks, String> {
-    let https = client(&settings, Scheme::Https)?;
-    let http = client(&settings, Scheme::Http)?;
+    let https = client(&settings, &policy, Scheme::Https)?;
+    let http = client(&settings, &policy, Scheme::Http)?;
     let (stop, stopping) = watch::channel(false);
     let worker = Worker {
-        shared: Arc::new(Shared { db, https, http, settings, leases: Mutex::default() }),
+        shared: Arc::new(Shared { db, https, http, settings, policy, leases: Mutex::default() }),
         wake,
         handoff,
         stopping,
@@ -128,8 +115,8 @@ pub fn start(
 }
 
 /// An HTTP client for URLs of one scheme, connecting only where the rule permits.
-fn client(settings: &SenderSettings, scheme: Scheme) -> Result<Client, String> {
-    let resolver = GuardedResolver { policy: Arc::clone(&settings.policy), scheme };
+fn client(settings: &Settings, policy: &Arc<UrlPolicy>, scheme: Scheme) -> Result<Client, String> {
+    let resolver = GuardedResolver { policy: Arc::clone(policy), scheme };
     Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -168,7 +155,9 @@ struct Shared {
     db: Db,
     https: Client,
     http: Client,
-    settings: SenderSettings,
+    settings: Settings,
+    /// The SSRF rule.
+    policy: Arc<UrlPolicy>,
     /// Claims of attempts under way (delivery → token), given back if the worker stops first.
     leases: Mutex<HashMap<i64, i64>>,
 }
@@ -432,7 +421,7 @@ impl Shared {
             let elapsed = clock.elapsed();
             metrics::histogram!("webhook_attempt_seconds").record(elapsed.as_secs_f64());
             // The schedule's waits run from the attempt's end: a timed-out attempt still waits.
-            let next = next_state(&self.settings.schedule, &answer, number, d.max_attempts, micros(Utc::now()));
+            let next = next_state(&self.settings.retry_schedule, &answer, number, d.max_attempts, micros(Utc::now()));
             let (status_code, error) = match &answer {
                 Answer::Status(code, location) => (Some(i32::from(*code)), redirect_note(*code, location.as_deref())),
                 Answer::Error(why) => (None, Some(why.clone())),
@@ -480,7 +469,7 @@ impl Shared {
             other => return Answer::Error(format!("scheme {other} is not sent to")),
         };
         // A URL naming an address connects without the resolver: check it here.
-        if let Err(why) = self.settings.policy.literal(&url, scheme) {
+        if let Err(why) = self.policy.literal(&url, scheme) {
             return Answer::Error(format!("refused address: {why}"));
         }
         let keys = match signing_keys(endpoint, at) {
