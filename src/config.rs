@@ -355,6 +355,8 @@ pub struct Config {
     pub retention: Option<Duration>,
     /// How long a hold keeps its seat before it expires (`HOLD_TTL_SECS`, default 600).
     pub hold_ttl: Duration,
+    /// Working hours' planning horizon (`SCHEDULE_HORIZON_*`, parsed by its module).
+    pub horizon: crate::booking::HorizonSettings,
     /// How often the expiry job looks for holds that ran out (`HOLD_EXPIRY_POLL_MS`, default
     /// 1000: with a batch's time on top, well within the five seconds the contract allows).
     pub hold_expiry_interval: Duration,
@@ -799,6 +801,7 @@ impl Config {
                 )?;
                 (days > 0).then(|| Duration::from_secs(days * 86_400))
             },
+            horizon: crate::booking::HorizonSettings::from_lookup(&get)?,
             hold_ttl: Duration::from_secs(at_least(
                 parse(&get, "HOLD_TTL_SECS", Some(600), "a number of seconds")?,
                 1,

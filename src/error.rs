@@ -73,6 +73,10 @@ pub enum Field {
     First,
     /// Where a page starts (a cursor of the previous page).
     After,
+    /// The first day of a working-hours pattern.
+    ValidFrom,
+    /// The week of a working-hours pattern (the message names the interval).
+    Weekly,
 }
 
 impl Field {
@@ -107,6 +111,8 @@ impl Field {
             Self::DeliveryId => "deliveryId",
             Self::First => "first",
             Self::After => "after",
+            Self::ValidFrom => "validFrom",
+            Self::Weekly => "weekly",
         }
     }
 }

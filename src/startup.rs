@@ -7,7 +7,7 @@ use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
-    booking::{BookingService, ExpiryJob},
+    booking::{BookingService, ExpiryJob, HorizonJob},
     config::{Config, DatabaseTarget},
     db::{Db, PoolSettings, StoreError},
     events::{FollowUp, Live, LiveSettings, LiveTasks},
@@ -284,9 +284,13 @@ impl Application {
         let service = BookingService::new(db, relay_wakeup)
             .with_guard(guard)
             .with_hold_ttl(config.hold_ttl)
-            .with_offer_ttl(config.waitlist_offer_ttl);
+            .with_offer_ttl(config.waitlist_offer_ttl)
+            .with_horizon_days(config.horizon.days);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let mut handles = vec![ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping.clone())];
+        let mut handles = vec![
+            ExpiryJob::start(service.clone(), config.hold_expiry_interval, stopping.clone()),
+            HorizonJob::start(service.clone(), config.horizon.poll, stopping.clone()),
+        ];
         if let Some(keep) = config.retention {
             handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
         }

@@ -16,6 +16,8 @@ mod changes;
 mod close;
 mod confirm;
 mod expire;
+pub mod hours;
+mod hours_settings;
 pub mod input;
 mod publish;
 pub mod read;
@@ -28,6 +30,11 @@ pub use cancel::Cancelled;
 pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
 pub use expire::ExpiryJob;
+pub use hours::{
+    HorizonJob, HoursRequest, HoursSet, Pattern, RollReport, TimeOffAdded, TimeOffRemoved, TimeOffRequest,
+    WeeklyRequest,
+};
+pub use hours_settings::HorizonSettings;
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
 pub use reschedule::{RescheduleRequest, Rescheduled};
@@ -66,6 +73,8 @@ pub struct BookingService {
     hold_ttl: chrono::Duration,
     /// How long a waitlist offer keeps its seat.
     offer_ttl: chrono::Duration,
+    /// Days after today whose slots working hours make (`SCHEDULE_HORIZON_DAYS`).
+    horizon_days: u32,
     /// Concurrent retries of one booking or hold, answered by one attempt.
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
@@ -81,8 +90,14 @@ impl BookingService {
             guard: Arc::new(Guard::disabled()),
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
             offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
+            horizon_days: hours_settings::DEFAULT_HORIZON_DAYS,
             flights: Arc::default(),
         }
+    }
+
+    /// The same service with working hours making slots `days` ahead.
+    pub fn with_horizon_days(self, days: u32) -> Self {
+        Self { horizon_days: days, ..self }
     }
 
     /// The same service with waitlist offers kept for `ttl`.

@@ -37,6 +37,7 @@ pub mod doctors;
 pub mod entity;
 pub mod fhir;
 mod hot;
+pub mod hours;
 pub mod messages;
 pub mod outbox;
 pub mod seats;

@@ -12,6 +12,7 @@ mod direct;
 mod fhir;
 mod fields;
 mod helpers;
+mod hours;
 mod http;
 mod lifecycle;
 mod messages;
