@@ -285,6 +285,9 @@ async fn a_pattern_change_racing_bookings_never_leaves_a_seat_in_a_removed_slot(
     assert_eq!(set["created"], 54, "{set}");
     let slots = slot_ids(&doctor_day(&app, &doctor, target).await);
     let narrow = vec![json!({ "weekday": weekday, "startTime": "09:00", "endTime": "10:00" })];
+    const AVAILABLE: &str = "query($d:ID!,$t:Date!){availableSlots(doctorId:$d,date:$t){id}}";
+    let list = json!({ "d": doctor, "t": text(target) });
+    assert_eq!(app.gql(None, AVAILABLE, list.clone()).await["availableSlots"].as_array().unwrap().len(), 54);
 
     let barrier = Arc::new(Barrier::new(51));
     let app = Arc::new(app);
@@ -323,6 +326,8 @@ async fn a_pattern_change_racing_bookings_never_leaves_a_seat_in_a_removed_slot(
         change["conflicts"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(conflicts, booked, "every seat taken in a slot the new pattern lacks is a conflict");
     assert_eq!(change["removed"].as_u64().unwrap() + booked.len() as u64, 50, "{change}");
+    let available = app.gql(None, AVAILABLE, list).await["availableSlots"].clone();
+    assert_eq!(available.as_array().unwrap().len(), 4, "the cached list follows the change: {available}");
     let left = doctor_day(&app, &doctor, target).await["slots"].clone();
     assert_eq!(left.as_array().unwrap().len(), 4 + booked.len(), "{left}");
     assert_eq!(left.as_array().unwrap().iter().filter(|s| s["closed"] == true).count(), booked.len());
@@ -429,4 +434,40 @@ async fn a_doctor_takes_time_off_for_itself_only() {
     assert_eq!(added["closed"], 3, "{added}");
     let closed = doctor_day(&app, &doctor_id, day(1)).await["slots"].clone();
     assert!(closed.as_array().unwrap().iter().all(|s| s["closed"] == true), "{closed}");
+}
+
+#[tokio::test]
+async fn fhir_schedules_carry_the_planning_horizon() {
+    let (app, _db) = app_with(&[("SCHEDULE_HORIZON_DAYS", "2")]).await;
+    let doctor = app.create_doctor("Asia/Tokyo").await;
+    let plain = app.create_doctor("UTC").await;
+    let today = today_in("Asia/Tokyo");
+    set_hours(&app, &admin(), &doctor, today, every_day("09:00", "10:00", 15)).await;
+    let read = |id: String| {
+        let url = format!("{}/fhir/Schedule/{id}", app.address);
+        let client = app.client.clone();
+        async move { client.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let schedule = read(doctor.clone()).await;
+    let horizon = json!({
+        "start": format!("{}T00:00:00.000+09:00", text(today)),
+        "end": format!("{}T00:00:00.000+09:00", text(today + chrono::Days::new(3))),
+    });
+    assert_eq!(schedule["planningHorizon"], horizon, "today through the end of scheduledThrough: {schedule}");
+    assert!(read(plain.clone()).await.get("planningHorizon").is_none(), "none without working hours");
+
+    // The feed's Schedule file says the same.
+    let manifest: Value =
+        app.client.get(format!("{}/fhir/$bulk-publish", app.address)).send().await.unwrap().json().await.unwrap();
+    let url = manifest["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "Schedule")
+        .map(|o| o["url"].as_str().unwrap().to_owned())
+        .unwrap();
+    let file = app.client.get(url).send().await.unwrap().text().await.unwrap();
+    let line =
+        file.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|s| s["id"] == json!(doctor)).unwrap();
+    assert_eq!(line["planningHorizon"], horizon, "{line}");
 }
