@@ -472,9 +472,9 @@ impl BookingService {
     /// that many (a pass cut short, as by a crash; the next one finishes).
     pub async fn roll_horizon(&self, max_doctors: Option<usize>) -> Result<RollReport, ServiceError> {
         let ids = hours::doctors_with_patterns(self.db.conn()).await?;
-        let horizons = hours::horizons_of(self.db.conn(), &ids).await?;
         let mut behind = Vec::new();
         for chunk in ids.chunks(1000) {
+            let horizons = hours::horizons_of(self.db.conn(), chunk).await?;
             for doctor in doctors::find_many(self.db.conn(), chunk).await? {
                 let tz = zone_of(&doctor)?;
                 let through = horizons.get(&doctor.id).and_then(|t| parse_day(t));
