@@ -184,20 +184,30 @@ pub async fn insert_pattern_slots(conn: &impl ConnectionTrait, slots: &[PatternS
     if conn.get_database_backend() == DbBackend::Postgres {
         for chunk in slots.chunks(PG_INSERT_CHUNK) {
             // Arrays travel as their text form, cast by the server: one value each, whatever
-            // the batch's size.
-            let list = |f: &dyn Fn(&PatternSlot) -> String| {
-                format!("{{{}}}", chunk.iter().map(f).collect::<Vec<_>>().join(","))
+            // the batch's size. Instants go as microseconds since the epoch: formatting and
+            // parsing timestamps took a tenth of a pass's time.
+            let list = |f: &dyn Fn(&PatternSlot) -> i64| {
+                let mut out = String::with_capacity(chunk.len() * 18 + 2);
+                out.push('{');
+                for (i, slot) in chunk.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&f(slot).to_string());
+                }
+                out.push('}');
+                out
             };
-            let at = |t: DateTime<Utc>| t.format("\"%Y-%m-%dT%H:%M:%S%.6fZ\"").to_string();
             let mut sql = Sql::new(conn);
-            let d = sql.bind(list(&|s| s.doctor_id.to_string()));
-            let s = sql.bind(list(&|s| at(s.start_at)));
-            let e = sql.bind(list(&|s| at(s.end_at)));
-            let c = sql.bind(list(&|s| s.capacity.to_string()));
+            let d = sql.bind(list(&|s| s.doctor_id));
+            let s = sql.bind(list(&|s| s.start_at.timestamp_micros()));
+            let e = sql.bind(list(&|s| s.end_at.timestamp_micros()));
+            let c = sql.bind(list(&|s| i64::from(s.capacity)));
             let stmt = sql.statement(format!(
                 "INSERT INTO time_slot (doctor_id, start_at, end_at, capacity, booked_count, version, from_pattern) \
-                 SELECT r.d, r.s, r.e, r.c, 0, 0, true \
-                 FROM unnest({d}::text::bigint[], {s}::text::timestamptz[], {e}::text::timestamptz[], \
+                 SELECT r.d, timestamptz 'epoch' + r.s * interval '1 microsecond', \
+                        timestamptz 'epoch' + r.e * interval '1 microsecond', r.c, 0, 0, true \
+                 FROM unnest({d}::text::bigint[], {s}::text::bigint[], {e}::text::bigint[], \
                              {c}::text::int[]) AS r(d, s, e, c) \
                  ON CONFLICT (doctor_id, start_at) DO NOTHING"
             ));
