@@ -83,6 +83,10 @@ pub enum Field {
     EarliestTime,
     /// The local time of day a searched slot starts before.
     LatestTime,
+    /// The first day of a working-hours pattern.
+    ValidFrom,
+    /// The week of a working-hours pattern (the message names the interval).
+    Weekly,
 }
 
 impl Field {
@@ -122,6 +126,8 @@ impl Field {
             Self::Weekdays => "weekdays",
             Self::EarliestTime => "earliestTime",
             Self::LatestTime => "latestTime",
+            Self::ValidFrom => "validFrom",
+            Self::Weekly => "weekly",
         }
     }
 }

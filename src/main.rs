@@ -1,10 +1,12 @@
-//! The `clinic-booking` binary: `serve` (default), `migrate`, `token`, `print-schema`.
+//! The `clinic-booking` binary: `serve` (default), `migrate`, `roll-horizon`, `token`,
+//! `print-schema`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use clinic_booking::{
     auth::{load_or_create_dev_secret, Claims, Role, TokenError, TokenIssuer},
+    booking::BookingService,
     config::Config,
     db::{Db, PoolSettings},
     startup::{shutdown_signal, Application, StartupError},
@@ -25,6 +27,9 @@ enum Command {
     Serve,
     /// Apply database migrations and exit.
     Migrate,
+    /// Run one pass of the planning horizon (what every instance does every
+    /// SCHEDULE_HORIZON_POLL_SECS), print what it made and how long it took, and exit.
+    RollHorizon,
     /// Print a signed token for local use.
     Token {
         /// patient, doctor, admin or partner.
@@ -95,6 +100,28 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
             db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
             println!("migrations applied");
+        }
+        Command::RollHorizon => {
+            let settings = PoolSettings {
+                max_connections: 8,
+                acquire_timeout: std::time::Duration::from_secs(10),
+                statement_timeout: std::time::Duration::from_secs(600),
+                hot_connections: 0,
+            };
+            let target = &config.db.target;
+            let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
+            db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
+            // The outbox rows it writes tell the running instances (their relays drain them).
+            let bell = std::sync::Arc::new(tokio::sync::Notify::new());
+            let service = BookingService::new(db, bell).with_horizon_days(config.booking.horizon_days);
+            let started = std::time::Instant::now();
+            let report = service.roll_horizon(None).await?;
+            println!(
+                "horizon rolled: {} doctors, {} slots made, {:.1} s",
+                report.doctors,
+                report.created,
+                started.elapsed().as_secs_f64()
+            );
         }
         Command::Token { role, sub, doctor_id, ttl_hours } => {
             let claims = Claims {

@@ -7,7 +7,7 @@ use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
     auth::{load_or_create_dev_secret, TokenIssuer},
-    booking::{BookingService, ExpiryJob},
+    booking::{BookingService, ExpiryJob, HorizonJob},
     config::Config,
     db::{redact_url, DatabaseTarget, Db, StoreError},
     events::{FollowUp, Live, LiveSettings, LiveTasks},
@@ -259,8 +259,10 @@ impl Application {
         let relay_wakeup = Arc::new(relay_sink);
         let service = BookingService::new(db, relay_wakeup).with_guard(guard).with_settings(&config.booking);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let mut handles =
-            vec![ExpiryJob::start(service.clone(), config.booking.hold_expiry_interval, stopping.clone())];
+        let mut handles = vec![
+            ExpiryJob::start(service.clone(), config.booking.hold_expiry_interval, stopping.clone()),
+            HorizonJob::start(service.clone(), config.booking.horizon_poll, stopping.clone()),
+        ];
         if let Some(keep) = config.retention.keep {
             handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
         }

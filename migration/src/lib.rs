@@ -26,6 +26,7 @@ mod m20261202_000002_compact_checks;
 mod m20261204_000001_event_state;
 mod m20261204_000002_retention;
 mod m20261204_000003_contacts_per_booker;
+mod m20261205_000001_working_hours;
 mod m20261205_000002_find_slots;
 
 /// The ordered list of every migration of the service.
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000001_event_state::Migration),
             Box::new(m20261204_000002_retention::Migration),
             Box::new(m20261204_000003_contacts_per_booker::Migration),
+            Box::new(m20261205_000001_working_hours::Migration),
             Box::new(m20261205_000002_find_slots::Migration),
         ]
     }

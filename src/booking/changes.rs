@@ -29,6 +29,9 @@ pub(super) struct Changes {
     slots: BTreeMap<i64, time_slot::Model>,
     /// Slots that gave seats back (their known-full marks must go).
     released: std::collections::BTreeSet<i64>,
+    /// Slots deleted (a pattern change): told as closed, never marked full, so that a booking
+    /// reaches the database and finds no slot.
+    removed: std::collections::BTreeSet<i64>,
     /// Seats given back and not taken again within the transaction, per slot: what the
     /// waitlist may offer.
     freed: BTreeMap<i64, i32>,
@@ -103,6 +106,26 @@ impl Changes {
         self.taken(closed);
     }
 
+    /// Notes slots a statement deleted: what subscribers, caches and the feed hear of them is the
+    /// slot closed, one version on.
+    pub(super) fn removed(&mut self, gone: &[time_slot::Model], now: DateTime<Utc>) {
+        for s in gone {
+            let mut s = s.clone();
+            s.closed_at = Some(now);
+            s.version += 1;
+            self.removed.insert(s.id);
+            self.slots.insert(s.id, s);
+        }
+    }
+
+    /// Notes slots a statement opened again (time off removed): they take seats again.
+    pub(super) fn reopened(&mut self, opened: &[time_slot::Model]) {
+        for s in opened {
+            self.released.insert(s.id);
+            self.slots.insert(s.id, s.clone());
+        }
+    }
+
     /// Whether nothing changed.
     pub(super) fn is_empty(&self) -> bool {
         self.slots.is_empty() && self.events.is_empty()
@@ -133,7 +156,9 @@ impl BookingService {
     /// reads after its change sees it.
     pub(super) async fn committed(&self, changes: &Changes) {
         for slot in changes.slots.values() {
-            if slot.available() <= 0 {
+            if changes.removed.contains(&slot.id) {
+                self.guard.known_full.mark_open(slot).await;
+            } else if slot.available() <= 0 {
                 self.guard.known_full.mark_full(slot).await;
             } else if changes.released.contains(&slot.id) {
                 self.guard.known_full.mark_open(slot).await;

@@ -3,17 +3,22 @@
 //! clinic, each giving its seats back once, all in one transaction.
 
 use chrono::{DateTime, Utc};
+use sea_orm::ConnectionTrait;
 
 use super::{changes::Changes, input::parse_id, retrying, BookingService};
 use crate::{
     auth::{Caller, Role},
-    db::{appointments, doctors, entity::appointment, micros, slots, waitlist, StoreError},
+    db::{
+        appointments, doctors,
+        entity::{appointment, time_slot},
+        micros, slots, waitlist, StoreError,
+    },
     error::{Field, Outcome, Refusal, ServiceError},
     model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
 
 /// Longest reason kept with closed slots.
-const MAX_REASON: usize = 500;
+pub(super) const MAX_REASON: usize = 500;
 
 /// A close request as the caller sent it.
 #[derive(Clone, Debug)]
@@ -69,18 +74,8 @@ impl BookingService {
         let done = retrying(|| async {
             let now = micros(Utc::now());
             let tx = self.db.begin_write().await?;
-            // Closing first: a booking racing the close waits for the slot's lock and then
-            // finds it closed, so no seat is taken in a closed slot after this commits.
-            let closed = slots::close(&tx, range, reason, now).await?;
-            let in_range: Vec<i64> =
-                slots::starting_in(&tx, doctor_id, range.from, range.to).await?.iter().map(|s| s.id).collect();
-            let mut cancelled = appointments::cancel_in_slots(&tx, &in_range, now, CancelledBy::Clinic).await?;
             let mut changes = Changes::default();
-            changes.closed(&closed);
-            changes.release(&tx, &cancelled, Some(AppointmentEvent::Cancelled)).await?;
-            // Offers among them lapse; a close offers nothing (the seats are gone, not freed).
-            let gone: Vec<i64> = cancelled.iter().map(|a| a.id).collect();
-            waitlist::settle_offers(&tx, &gone, WaitlistStatus::Lapsed, now).await?;
+            let (closed, mut cancelled) = close_range(&tx, range, reason, now, &mut changes).await?;
             if !changes.is_empty() {
                 changes.record(&tx, now).await?;
             }
@@ -93,4 +88,27 @@ impl BookingService {
         self.committed(&changes).await;
         Ok(Ok(Closed { closed, cancelled }))
     }
+}
+
+/// Closes the doctor's open slots starting in `range` and cancels their active appointments
+/// for the clinic, in the caller's transaction: the slots first (a booking racing the close
+/// waits for the slot's lock and then finds it closed), then the cancellations, each giving
+/// its seats back once; offers among them lapse, and nothing is offered to the waitlist (the
+/// seats are gone, not freed). Returns the slots it closed and the appointments it cancelled.
+pub(super) async fn close_range(
+    tx: &impl ConnectionTrait,
+    range: DayRange,
+    reason: Option<&str>,
+    now: DateTime<Utc>,
+    changes: &mut Changes,
+) -> Result<(Vec<time_slot::Model>, Vec<appointment::Model>), StoreError> {
+    let closed = slots::close(tx, range, reason, now).await?;
+    let in_range: Vec<i64> =
+        slots::starting_in(tx, range.doctor_id, range.from, range.to).await?.iter().map(|s| s.id).collect();
+    let cancelled = appointments::cancel_in_slots(tx, &in_range, now, CancelledBy::Clinic).await?;
+    changes.closed(&closed);
+    changes.release(tx, &cancelled, Some(AppointmentEvent::Cancelled)).await?;
+    let gone: Vec<i64> = cancelled.iter().map(|a| a.id).collect();
+    waitlist::settle_offers(tx, &gone, WaitlistStatus::Lapsed, now).await?;
+    Ok((closed, cancelled))
 }

@@ -17,6 +17,7 @@ mod close;
 mod confirm;
 mod expire;
 pub mod find;
+pub mod hours;
 pub mod input;
 mod publish;
 pub mod read;
@@ -31,6 +32,10 @@ pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
 pub use expire::ExpiryJob;
 pub use find::{FindRequest, FoundSlots, SlotPosition};
+pub use hours::{
+    HorizonJob, HoursRequest, HoursSet, Pattern, RollReport, TimeOffAdded, TimeOffRemoved, TimeOffRequest,
+    WeeklyRequest,
+};
 pub use publish::{NewDoctor, PublishRequest, Published};
 pub use read::{DoctorPage, SlotList};
 pub use reschedule::{RescheduleRequest, Rescheduled};
@@ -70,6 +75,8 @@ pub struct BookingService {
     hold_ttl: chrono::Duration,
     /// How long a waitlist offer keeps its seat.
     offer_ttl: chrono::Duration,
+    /// Days after today whose slots working hours make (`SCHEDULE_HORIZON_DAYS`).
+    horizon_days: u32,
     /// Concurrent retries of one booking or hold, answered by one attempt.
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
@@ -85,8 +92,14 @@ impl BookingService {
             guard: Arc::new(Guard::disabled()),
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
             offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
+            horizon_days: settings::DEFAULT_HORIZON_DAYS,
             flights: Arc::default(),
         }
+    }
+
+    /// The same service with working hours making slots `days` ahead.
+    pub fn with_horizon_days(self, days: u32) -> Self {
+        Self { horizon_days: days, ..self }
     }
 
     /// The same service with waitlist offers kept for `ttl`.
@@ -96,7 +109,9 @@ impl BookingService {
 
     /// The same service with the holds and offers of `settings`.
     pub fn with_settings(self, settings: &Settings) -> Self {
-        self.with_hold_ttl(settings.hold_ttl).with_offer_ttl(settings.waitlist_offer_ttl)
+        self.with_hold_ttl(settings.hold_ttl)
+            .with_offer_ttl(settings.waitlist_offer_ttl)
+            .with_horizon_days(settings.horizon_days)
     }
 
     /// The same service with holds kept for `ttl`.

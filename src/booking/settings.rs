@@ -1,8 +1,12 @@
-//! The booking domain's settings: how long holds and waitlist offers keep their seats.
+//! The booking domain's settings: how long holds and waitlist offers keep their seats, and how
+//! far ahead working hours make slots.
 
 use std::time::Duration;
 
 use crate::settings::{ConfigError, Reader};
+
+/// Default `SCHEDULE_HORIZON_DAYS`, the contract's 14 days.
+pub(super) const DEFAULT_HORIZON_DAYS: u32 = 14;
 
 /// The booking domain's settings.
 #[derive(Clone, Copy, Debug)]
@@ -14,6 +18,13 @@ pub struct Settings {
     pub hold_expiry_interval: Duration,
     /// How long a waitlist offer keeps its seat (`WAITLIST_OFFER_SECS`, default 900).
     pub waitlist_offer_ttl: Duration,
+    /// Days after today, in each doctor's zone, whose slots working hours make
+    /// (`SCHEDULE_HORIZON_DAYS`, default 14, at most a year; 0: today only).
+    pub horizon_days: u32,
+    /// How often each instance extends the horizon (`SCHEDULE_HORIZON_POLL_SECS`, default 300:
+    /// a new day has its slots well within the hour the contract allows after the doctor's
+    /// midnight; at most 3600).
+    pub horizon_poll: Duration,
 }
 
 impl Settings {
@@ -23,6 +34,8 @@ impl Settings {
             hold_ttl: r.secs("HOLD_TTL_SECS", 600, 1.., "a number of seconds")?,
             hold_expiry_interval: r.millis("HOLD_EXPIRY_POLL_MS", 1000, 10.., "a number of milliseconds")?,
             waitlist_offer_ttl: r.secs("WAITLIST_OFFER_SECS", 900, 1.., "a number of seconds")?,
+            horizon_days: r.number("SCHEDULE_HORIZON_DAYS", DEFAULT_HORIZON_DAYS, 0..=366, "a number of days")?,
+            horizon_poll: r.secs("SCHEDULE_HORIZON_POLL_SECS", 300, 1..=3600, "a number of seconds")?,
         })
     }
 }
@@ -39,11 +52,17 @@ mod tests {
         assert_eq!(c.hold_ttl, Duration::from_secs(600));
         assert_eq!(c.hold_expiry_interval, Duration::from_millis(1000));
         assert_eq!(c.waitlist_offer_ttl, Duration::from_secs(900));
+        assert_eq!(c.horizon_days, 14);
+        assert_eq!(c.horizon_poll, Duration::from_secs(300));
         for (var, bad) in [
             ("HOLD_TTL_SECS", "0"),
             ("HOLD_TTL_SECS", "10m"),
             ("HOLD_EXPIRY_POLL_MS", "5"),
             ("WAITLIST_OFFER_SECS", "0"),
+            ("SCHEDULE_HORIZON_DAYS", "400"),
+            ("SCHEDULE_HORIZON_DAYS", "x"),
+            ("SCHEDULE_HORIZON_POLL_SECS", "0"),
+            ("SCHEDULE_HORIZON_POLL_SECS", "3601"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }

@@ -38,6 +38,7 @@ pub mod entity;
 pub mod fhir;
 pub mod find;
 mod hot;
+pub mod hours;
 pub mod messages;
 pub mod outbox;
 pub mod seats;

@@ -390,6 +390,9 @@ struct FeedState {
     max_doctor_id: i64,
     max_slot_id: i64,
     horizon: DateTime<Utc>,
+    /// Each doctor's `scheduledThrough` (its `Schedule.planningHorizon`), read again whenever
+    /// slots were added.
+    planned: HashMap<i64, chrono::NaiveDate>,
     /// Changes of slots not held (yet): a slot published since the last look, by id.
     pending: HashMap<i64, SlotChange>,
     location: Arc<Rendered>,
@@ -450,6 +453,7 @@ impl FeedState {
             max_doctor_id,
             max_slot_id,
             horizon: now,
+            planned: planned_through(db).await?,
             pending: HashMap::new(),
             location: Arc::new(ndjson(std::iter::once(Resource::Location(map::location(&settings.map))))),
             roles: Arc::new(ndjson(std::iter::empty())),
@@ -482,7 +486,11 @@ impl FeedState {
         self.roles = Arc::new(ndjson(
             self.doctors.values().map(|e| Resource::PractitionerRole(map::practitioner_role(&e.doctor, settings))),
         ));
-        self.schedules = Arc::new(ndjson(self.doctors.values().map(|e| Resource::Schedule(map::schedule(&e.doctor)))));
+        self.schedules = Arc::new(ndjson(
+            self.doctors
+                .values()
+                .map(|e| Resource::Schedule(map::schedule(&e.doctor, self.planned.get(&e.doctor.id).copied()))),
+        ));
     }
 
     /// Applies committed changes; true when any slot changed.
@@ -542,6 +550,13 @@ impl FeedState {
             }
             self.max_slot_id = max_slot_id;
             changed = true;
+            // Slots were added: horizons may have moved.
+            let planned = planned_through(db).await?;
+            if planned != self.planned {
+                self.planned = planned;
+                self.doctors_dirty = true;
+                self.doctors_changed_at = at;
+            }
         }
         Ok(changed)
     }
@@ -680,6 +695,20 @@ impl Refresher {
             }
         }
     }
+}
+
+/// Every doctor's `scheduledThrough`.
+async fn planned_through(db: &Db) -> Result<HashMap<i64, chrono::NaiveDate>, StoreError> {
+    let ids = db::hours::doctors_with_patterns(db.conn()).await?;
+    let mut planned = HashMap::with_capacity(ids.len());
+    for chunk in ids.chunks(1000) {
+        for (id, through) in db::hours::horizons_of(db.conn(), chunk).await? {
+            if let Ok(day) = chrono::NaiveDate::parse_from_str(&through, "%Y-%m-%d") {
+                planned.insert(id, day);
+            }
+        }
+    }
+    Ok(planned)
 }
 
 #[cfg(test)]

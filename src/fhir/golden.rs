@@ -102,7 +102,7 @@ fn slot() {
 fn doctor_resources() {
     check("practitioner", Resource::Practitioner(map::practitioner(&doctor())));
     check("practitioner-role", Resource::PractitionerRole(map::practitioner_role(&doctor(), &settings())));
-    check("schedule", Resource::Schedule(map::schedule(&doctor())));
+    check("schedule", Resource::Schedule(map::schedule(&doctor(), None)));
     check("location", Resource::Location(map::location(&settings())));
 }
 

@@ -7,7 +7,7 @@ use chrono_tz::Tz;
 
 use super::resources::{
     Address, Appointment, AppointmentParticipant, CodeableConcept, Coding, ContactPoint, Extension, HumanName,
-    Location, Practitioner, PractitionerRole, Reference, Schedule, Slot,
+    Location, Period, Practitioner, PractitionerRole, Reference, Schedule, Slot,
 };
 use super::settings::LocationSettings;
 use crate::{
@@ -173,13 +173,24 @@ pub fn practitioner_role(d: &doctor::Model, settings: &MapSettings) -> Practitio
 
 /// The doctor's calendar. Its one actor is the `PractitionerRole` (the contract's shape); the
 /// clinic's `Location` is the role's `location`, so aggregators still find where it is.
-pub fn schedule(d: &doctor::Model) -> Schedule {
+/// `scheduled_through` (the doctor's horizon, when it has working hours) gives its
+/// `planningHorizon`: from the start of today to the end of that day, in the doctor's zone.
+pub fn schedule(d: &doctor::Model, scheduled_through: Option<chrono::NaiveDate>) -> Schedule {
     let service = d.specialty.clone().unwrap_or_else(|| "Appointment".into());
+    let tz = zone(d);
+    let planning_horizon = scheduled_through.map(|through| {
+        let today = chrono::Utc::now().with_timezone(&tz).date_naive();
+        Period {
+            start: instant(crate::model::day_bounds(tz, today).0, tz),
+            end: instant(crate::model::day_bounds(tz, through).1, tz),
+        }
+    });
     Schedule {
         id: d.id.to_string(),
         active: Some(true),
         service_type: vec![CodeableConcept::text(service)],
         actor: vec![Reference::to("PractitionerRole", d.id).with_display(&d.name)],
+        planning_horizon,
     }
 }
 

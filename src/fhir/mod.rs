@@ -211,7 +211,8 @@ async fn read_practitioner_role(State(state): Shared, Path(id): Path<String>) ->
 
 async fn read_schedule(State(state): Shared, Path(id): Path<String>) -> Result<Response, FhirError> {
     let d = doctor(&state, "Schedule", &id).await?;
-    Ok(resource_response(StatusCode::OK, &Resource::Schedule(map::schedule(&d))))
+    let through = state.service.scheduled_through(d.id).await?;
+    Ok(resource_response(StatusCode::OK, &Resource::Schedule(map::schedule(&d, through))))
 }
 
 async fn read_location(State(state): Shared, Path(id): Path<String>) -> Result<Response, FhirError> {

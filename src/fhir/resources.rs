@@ -180,6 +180,19 @@ pub struct Schedule {
     pub service_type: Vec<CodeableConcept>,
     /// The `PractitionerRole`, then the `Location`.
     pub actor: Vec<Reference>,
+    /// The days whose slots exist: from today through the end of the doctor's
+    /// `scheduledThrough` (only for doctors with working hours).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planning_horizon: Option<Period>,
+}
+
+/// `Period`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Period {
+    /// Start, inclusive.
+    pub start: String,
+    /// End, inclusive.
+    pub end: String,
 }
 
 /// `Practitioner`.

@@ -5,6 +5,7 @@ pub mod context;
 mod cursor;
 pub mod error;
 pub mod find;
+pub mod hours;
 pub mod loaders;
 pub mod messages;
 mod mutation;
@@ -38,12 +39,25 @@ use crate::{booking::BookingService, notify::ContactService, webhooks::WebhookSe
 /// Read operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Query")]
-pub struct QueryRoot(BookingQuery, find::FindQuery, waitlist::WaitlistQuery, MessagesQuery, WebhookQuery);
+pub struct QueryRoot(
+    BookingQuery,
+    find::FindQuery,
+    waitlist::WaitlistQuery,
+    MessagesQuery,
+    WebhookQuery,
+    hours::HoursQuery,
+);
 
 /// Write operations.
 #[derive(MergedObject, Default)]
 #[graphql(name = "Mutation")]
-pub struct MutationRoot(BookingMutation, waitlist::WaitlistMutation, MessagesMutation, WebhookMutation);
+pub struct MutationRoot(
+    BookingMutation,
+    waitlist::WaitlistMutation,
+    MessagesMutation,
+    WebhookMutation,
+    hours::HoursMutation,
+);
 
 /// The served schema.
 pub type AppSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;

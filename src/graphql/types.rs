@@ -54,6 +54,31 @@ impl Doctor {
         let rows = ctx.data::<Loaders>()?.day_slots.load_one(range).await.map_err(loader_error)?;
         Ok(rows.unwrap_or_default().into_iter().map(Slot).collect())
     }
+
+    /// The working-hours pattern in force today, then the later ones, by first day (ended
+    /// ones left out).
+    async fn working_hours(&self, ctx: &Context<'_>) -> Result<Vec<super::hours::WorkingHours>> {
+        let patterns = ctx.data::<crate::booking::BookingService>()?.working_hours(&self.0).await;
+        Ok(patterns.map_err(super::error::to_graphql)?.into_iter().map(Into::into).collect())
+    }
+
+    /// Its time off and the clinic's, in force and overlapping `[from, to)` (either end may be
+    /// left out), by start.
+    async fn time_off(
+        &self,
+        ctx: &Context<'_>,
+        from: Option<DateTime<Utc>>,
+        to: Option<DateTime<Utc>>,
+    ) -> Result<Vec<super::hours::TimeOff>> {
+        let rows = ctx.data::<crate::booking::BookingService>()?.time_off(Some(self.0.id), from, to).await;
+        Ok(rows.map_err(super::error::to_graphql)?.into_iter().map(super::hours::TimeOff).collect())
+    }
+
+    /// The last day, in its zone, whose slots its working hours have made; null before any.
+    async fn scheduled_through(&self, ctx: &Context<'_>) -> Result<Option<Date>> {
+        let day = ctx.data::<crate::booking::BookingService>()?.scheduled_through(self.0.id).await;
+        Ok(day.map_err(super::error::to_graphql)?.map(Date))
+    }
 }
 
 /// A bookable interval of one doctor.
@@ -252,7 +277,7 @@ async fn linked(ctx: &Context<'_>, id: Option<i64>) -> Result<Option<Appointment
     Ok(found.filter(|r| caller.may_see(crate::booking::read::access(r))).map(|r| Appointment(r.appointment)))
 }
 
-fn loader_error(err: std::sync::Arc<crate::db::StoreError>) -> async_graphql::Error {
+pub(super) fn loader_error(err: std::sync::Arc<crate::db::StoreError>) -> async_graphql::Error {
     tracing::error!(error = %err, "loader failed");
     internal()
 }

@@ -596,6 +596,16 @@ async fn every_resource_validates_as_fhir_r4() {
     let cancelled = app.book(&p, &slots[1], "v3", Some("79")).await["appointment"]["id"].as_str().unwrap().to_owned();
     app.cancel(&p, &cancelled).await;
     close_slot(&app, &slots[2]).await;
+    // Working hours give the doctor's Schedule a planningHorizon.
+    let hours = app
+        .gql(
+            Some(&admin()),
+            "mutation($d:ID!,$f:Date!){setWorkingHours(input:{doctorId:$d,validFrom:$f,\
+             weekly:[{weekday:MONDAY,startTime:\"14:00\",endTime:\"15:00\"}]}){userErrors{code}}}",
+            json!({ "d": d, "f": tomorrow() }),
+        )
+        .await;
+    assert_eq!(hours["setWorkingHours"]["userErrors"], json!([]));
     let save = |name: String, body: &[u8]| std::fs::write(dir.path().join(name), body).unwrap();
     save("booked.json".into(), &booked.body);
     let reads = [

@@ -13,6 +13,7 @@ mod fhir;
 mod fields;
 mod find;
 mod helpers;
+mod hours;
 mod http;
 mod lifecycle;
 mod messages;
