@@ -83,6 +83,21 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The database of `config`, migrated, through a pool of `max_connections` for a one-off
+/// command (no dedicated booking connections).
+async fn migrated(config: &Config, max_connections: u32) -> Result<Db, StartupError> {
+    let settings = PoolSettings {
+        max_connections,
+        acquire_timeout: std::time::Duration::from_secs(10),
+        statement_timeout: std::time::Duration::from_secs(600),
+        hot_connections: 0,
+    };
+    let target = &config.db.target;
+    let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
+    db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
+    Ok(db)
+}
+
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => {
@@ -90,30 +105,14 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             app.run_until_stopped(shutdown_signal()).await?;
         }
         Command::Migrate => {
-            let settings = PoolSettings {
-                max_connections: 2,
-                acquire_timeout: std::time::Duration::from_secs(10),
-                statement_timeout: std::time::Duration::from_secs(600),
-                hot_connections: 0,
-            };
-            let target = &config.db.target;
-            let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
-            db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
+            migrated(&config, 2).await?;
             println!("migrations applied");
         }
         Command::RollHorizon => {
-            let settings = PoolSettings {
-                max_connections: 8,
-                acquire_timeout: std::time::Duration::from_secs(10),
-                statement_timeout: std::time::Duration::from_secs(600),
-                hot_connections: 0,
-            };
-            let target = &config.db.target;
-            let db = Db::connect(target, &settings).await.map_err(|e| StartupError::database(target, &e))?;
-            db.migrate().await.map_err(|e| StartupError::migrate(target, &e))?;
+            let db = migrated(&config, 8).await?;
             // The outbox rows it writes tell the running instances (their relays drain them).
             let bell = std::sync::Arc::new(tokio::sync::Notify::new());
-            let service = BookingService::new(db, bell).with_horizon_days(config.booking.horizon_days);
+            let service = BookingService::new(db, bell).with_settings(&config.booking);
             let started = std::time::Instant::now();
             let report = service.roll_horizon(None).await?;
             println!(

@@ -5,15 +5,15 @@
 use chrono::{DateTime, Utc};
 use sea_orm::ConnectionTrait;
 
-use super::{changes::Changes, input::parse_id, retrying, BookingService};
+use super::{changes::Changes, retrying, BookingService};
 use crate::{
-    auth::{Caller, Role},
+    auth::Caller,
     db::{
         appointments, doctors,
         entity::{appointment, time_slot},
         micros, slots, waitlist, StoreError,
     },
-    error::{Field, Outcome, Refusal, ServiceError},
+    error::{Field, Outcome, Refusal},
     model::{AppointmentEvent, CancelledBy, DayRange, WaitlistStatus},
 };
 
@@ -46,17 +46,10 @@ impl BookingService {
     /// Closes a doctor's slots in a range (admins, or that doctor).
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), doctor = %req.doctor_id))]
     pub async fn close_slots(&self, caller: &Caller, req: &CloseRequest) -> Outcome<Closed> {
-        // Patients and partners may close nothing, whatever id they send.
-        if !matches!(caller.role, Role::Admin | Role::Doctor) {
-            return Err(ServiceError::Forbidden("only admins and the doctor may close these slots".into()));
-        }
-        let doctor_id = match parse_id("doctorId", &req.doctor_id) {
+        let doctor_id = match super::managed_doctor(caller, &req.doctor_id, "close these slots")? {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
+            Err(refusal) => return Ok(Err(refusal)),
         };
-        if !caller.manages_doctor(doctor_id) {
-            return Err(ServiceError::Forbidden("only admins and the doctor may close these slots".into()));
-        }
         if req.to <= req.from {
             return Ok(Err(Refusal::invalid(Field::To.in_request(), "to must be after from")));
         }

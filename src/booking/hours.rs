@@ -177,16 +177,10 @@ impl BookingService {
     /// to the horizon to it, in one transaction (admins, or that doctor).
     #[tracing::instrument(level = "debug", skip_all, fields(doctor = %req.doctor_id, from = %req.valid_from))]
     pub async fn set_working_hours(&self, caller: &Caller, req: &HoursRequest) -> Outcome<HoursSet> {
-        if !matches!(caller.role, Role::Admin | Role::Doctor) {
-            return Err(ServiceError::Forbidden("only admins and the doctor may set working hours".into()));
-        }
-        let doctor_id = match parse_id("doctorId", &req.doctor_id) {
+        let doctor_id = match super::managed_doctor(caller, &req.doctor_id, "set working hours")? {
             Ok(id) => id,
-            Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
+            Err(refusal) => return Ok(Err(refusal)),
         };
-        if !caller.manages_doctor(doctor_id) {
-            return Err(ServiceError::Forbidden("only admins and the doctor may set working hours".into()));
-        }
         let weekly = match check_weekly(&req.weekly) {
             Ok(w) => w,
             Err(refusal) => return Ok(Err(refusal)),

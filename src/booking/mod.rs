@@ -81,6 +81,24 @@ pub struct BookingService {
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
 
+/// The doctor a change of schedule names, when `caller` may change it: a malformed id is a
+/// refusal, and anyone but admins and that doctor is `FORBIDDEN` ("only admins and the doctor
+/// may {what}"). Patients and partners are refused whatever id they send.
+fn managed_doctor(caller: &Caller, raw_id: &str, what: &str) -> Result<Result<i64, Refusal>, ServiceError> {
+    let forbidden = || ServiceError::Forbidden(format!("only admins and the doctor may {what}"));
+    if !matches!(caller.role, Role::Admin | Role::Doctor) {
+        return Err(forbidden());
+    }
+    let doctor_id = match input::parse_id("doctorId", raw_id) {
+        Ok(id) => id,
+        Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
+    };
+    if !caller.manages_doctor(doctor_id) {
+        return Err(forbidden());
+    }
+    Ok(Ok(doctor_id))
+}
+
 impl BookingService {
     /// A service on `db`, telling `sink` about every committed slot change (no burst
     /// protection until [`BookingService::with_guard`]).
