@@ -354,6 +354,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     };
 
     let start = Instant::now() + Duration::from_millis(50);
+    let start_unix_ms = unix_ms() + 50;
     let ctx = make_ctx(hot.clone(), start, nonce);
     let duration = Duration::from_secs(args.duration);
     let poller = args.poll_feed.map(|every| {
@@ -420,8 +421,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         "op", "done", "achieved/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
     );
     let mut healthy = true;
+    let mut csv = String::new();
     for (kind, name) in [(Kind::Book, "book"), (Kind::Read, "read"), (Kind::Find, "find")] {
         let mut stats = ctx.stats(kind);
+        if args.latencies.is_some() {
+            for (at_ms, latency_us) in &stats.timeline {
+                csv.push_str(&format!("{name},{},{latency_us}\n", start_unix_ms + at_ms));
+            }
+        }
         if stats.latencies_us.is_empty() && stats.skipped == 0 {
             continue;
         }
@@ -449,6 +456,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         }
     }
 
+    if let Some(path) = &args.latencies {
+        std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let (Some(db), Some(since)) = (&args.database_url, deliveries_since) {
         healthy &= crate::deliveries::report(db, since).await?;
     }
@@ -520,6 +530,13 @@ async fn open_loop(
             task_ctx.in_flight.fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// p99 and max latency per second of intended send time.

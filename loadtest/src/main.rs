@@ -121,6 +121,10 @@ pub(crate) struct RunArgs {
     /// Print p99 and max latency for each second of the run.
     #[arg(long)]
     pub(crate) timeline: bool,
+    /// Write every measured answer as `op,sent_unix_ms,latency_us` to this CSV file, to read a
+    /// window of the run afterwards (the seconds a horizon pass ran beside it, say).
+    #[arg(long)]
+    pub(crate) latencies: Option<PathBuf>,
     /// One SMART Scheduling Links aggregator polling the full FHIR feed every this many seconds
     /// during the measured load (the manifest, then the files that changed).
     #[arg(long)]
