@@ -67,7 +67,7 @@ for round in $(seq "$ROUNDS"); do
   SCHEDULE_HORIZON_DAYS=$((14 + round)) "$BIN" roll-horizon
   t1=$(date +%s%3N)
   wait $LOAD
-  first=$(cut -d, -f2 "$OUT/roll-with-$round.csv" | sort -n | head -1)
+  first=$(awk -F, 'NR == 1 || $2 < m { m = $2 } END { print m }' "$OUT/roll-with-$round.csv")
   from=$((t0 - first)) to=$((t1 - first))
   echo "roll ran ${from}-${to} ms into the measured load"
   for op in book read; do
