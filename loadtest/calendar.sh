@@ -28,13 +28,8 @@ psql -X -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREA
 export DATABASE_URL="$PG/$DB" RUST_LOG=warn
 "$BIN" migrate > /dev/null
 
-# Weekdays are 0 (Monday) to 6; minutes since midnight.
-WEEK='['
-for day in 0 1 2 3 4 5 6; do
-  WEEK+="{\"weekday\":$day,\"start_minute\":480,\"end_minute\":780,\"slot_minutes\":15,\"capacity\":1},"
-  WEEK+="{\"weekday\":$day,\"start_minute\":840,\"end_minute\":1140,\"slot_minutes\":15,\"capacity\":1},"
-done
-WEEK="${WEEK%,}]"
+. loadtest/pattern.sh
+WEEK=$(forty_slot_week)
 psql -X -q "$DATABASE_URL" <<SQL
 INSERT INTO doctor (name, specialty, timezone, created_at)
 SELECT 'Dr ' || g, 'general',

@@ -34,12 +34,8 @@ trap 'kill $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && break; sleep 0.2; done
 "$LT" seed --no-migrate --database-url "$DATABASE_URL" --out "$OUT/seed.json"
 
-WEEK='['
-for day in 0 1 2 3 4 5 6; do
-  WEEK+="{\"weekday\":$day,\"start_minute\":480,\"end_minute\":780,\"slot_minutes\":15,\"capacity\":1},"
-  WEEK+="{\"weekday\":$day,\"start_minute\":840,\"end_minute\":1140,\"slot_minutes\":15,\"capacity\":1},"
-done
-WEEK="${WEEK%,}]"
+. loadtest/pattern.sh
+WEEK=$(forty_slot_week)
 psql -X -q "$DATABASE_URL" -c "INSERT INTO working_hours (doctor_id, valid_from, weekly, created_at)
   SELECT id, to_char(now() AT TIME ZONE 'UTC' + interval '15 days', 'YYYY-MM-DD'), '$WEEK', now() FROM doctor"
 psql -X -q "$DATABASE_URL" -c "VACUUM ANALYZE"
