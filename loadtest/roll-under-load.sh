@@ -11,7 +11,8 @@
 # makes. It starts ROLL_AT seconds into the measured load.
 #
 # Settings (environment): PG, DB (roll_load), REDIS, PORT (18080), ROUNDS (2), OPENING_RATE
-# (5000), READ_RATE (500), OPENING_SECONDS (30), ROLL_AT (8), BIN, LT (as in run-all.sh).
+# (5000), READ_RATE (500), OPENING_SECONDS (30), ROLL_AT (8), BIN, LT (as in run-all.sh);
+# SCHEDULE_ROLL_SHARE_PERCENT reaches the roll (the pace of the daily roll, as on the server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}

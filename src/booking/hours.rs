@@ -172,6 +172,23 @@ pub struct RollReport {
     pub created: u64,
 }
 
+impl RollReport {
+    /// Counts one doctor's pass (`None`: another pass had done it).
+    fn add(&mut self, created: Option<u64>) {
+        if let Some(created) = created {
+            self.doctors += 1;
+            self.created += created;
+        }
+    }
+}
+
+/// How long the daily roll rests after a doctor's pass that took `worked`, so that it works
+/// `share_percent` of the time: a busier database makes both longer.
+fn pause_after(worked: Duration, share_percent: u32) -> Duration {
+    let share = share_percent.clamp(1, 100);
+    worked * (100 - share) / share
+}
+
 impl BookingService {
     /// `setWorkingHours`: sets the doctor's pattern from `valid_from` on and brings the days up
     /// to the horizon to it, in one transaction (admins, or that doctor).
@@ -464,6 +481,12 @@ impl BookingService {
     /// One horizon pass: every doctor with working hours whose horizon is behind gets the
     /// slots of its missing days, one transaction per doctor. `max_doctors` stops it after
     /// that many (a pass cut short, as by a crash; the next one finishes).
+    ///
+    /// Doctors catching up (no horizon yet, or more than the newest day missing) go first, in
+    /// `ROLL_LANES` at once: their near days have no slots to book. The daily roll, which only
+    /// adds the horizon's far day, goes one doctor at a time and pauses after each so that it
+    /// takes `SCHEDULE_ROLL_SHARE_PERCENT` of one connection's time: the opening-morning
+    /// bookings beside it keep the cores.
     pub async fn roll_horizon(&self, max_doctors: Option<usize>) -> Result<RollReport, ServiceError> {
         let ids = hours::doctors_with_patterns(self.db.conn()).await?;
         let mut behind = Vec::new();
@@ -472,28 +495,33 @@ impl BookingService {
             for doctor in doctors::find_many(self.db.conn(), chunk).await? {
                 let tz = zone_of(&doctor)?;
                 let through = horizons.get(&doctor.id).and_then(|t| parse_day(t));
-                if through.is_none_or(|t| t < self.horizon_end(tz)) {
-                    behind.push((doctor.id, tz));
+                let end = self.horizon_end(tz);
+                if through.is_none_or(|t| t < end) {
+                    let daily = through.and_then(|t| t.succ_opt()) == Some(end);
+                    behind.push((daily, doctor.id, tz));
                 }
             }
         }
-        behind.sort_unstable_by_key(|(id, _)| *id);
+        behind.sort_unstable_by_key(|&(daily, id, _)| (daily, id));
         if let Some(max) = max_doctors {
             behind.truncate(max);
         }
+        let split = behind.partition_point(|&(daily, _, _)| !daily);
+        let daily = behind.split_off(split);
         let lanes = if self.db.skips_locked_rows() { ROLL_LANES } else { 1 };
         let mut report = RollReport::default();
         let mut passes = futures_util::stream::iter(behind)
-            .map(|(doctor_id, tz)| async move { self.roll_doctor(doctor_id, tz).await })
+            .map(|(_, doctor_id, tz)| async move { self.roll_doctor(doctor_id, tz).await })
             .buffer_unordered(lanes);
         while let Some(done) = passes.next().await {
-            match done {
-                Ok(Some(created)) => {
-                    report.doctors += 1;
-                    report.created += created;
-                }
-                Ok(None) => {}
-                Err(e) => return Err(e),
+            report.add(done?);
+        }
+        let last = daily.len().saturating_sub(1);
+        for (i, (_, doctor_id, tz)) in daily.into_iter().enumerate() {
+            let started = Instant::now();
+            report.add(self.roll_doctor(doctor_id, tz).await?);
+            if i < last {
+                tokio::time::sleep(pause_after(started.elapsed(), self.roll_share_percent)).await;
             }
         }
         Ok(report)
@@ -753,5 +781,14 @@ mod tests {
         assert_eq!(patterns[0].valid_until, parse_day("2030-01-09"));
         assert_eq!(patterns[1].valid_until, None);
         Ok(())
+    }
+
+    #[test]
+    fn the_daily_roll_works_its_share_of_the_time() {
+        let worked = Duration::from_millis(3);
+        assert_eq!(pause_after(worked, 100), Duration::ZERO);
+        assert_eq!(pause_after(worked, 50), worked);
+        assert_eq!(pause_after(worked, 10), Duration::from_millis(27));
+        assert_eq!(pause_after(worked, 0), pause_after(worked, 1), "a share is at least 1 %");
     }
 }

@@ -77,6 +77,8 @@ pub struct BookingService {
     offer_ttl: chrono::Duration,
     /// Days after today whose slots working hours make (`SCHEDULE_HORIZON_DAYS`).
     horizon_days: u32,
+    /// The share of a connection's time the daily roll may take (`SCHEDULE_ROLL_SHARE_PERCENT`).
+    roll_share_percent: u32,
     /// Concurrent retries of one booking or hold, answered by one attempt.
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
 }
@@ -111,6 +113,7 @@ impl BookingService {
             hold_ttl: chrono::Duration::from_std(DEFAULT_HOLD_TTL).unwrap_or(chrono::Duration::MAX),
             offer_ttl: chrono::Duration::from_std(DEFAULT_OFFER_TTL).unwrap_or(chrono::Duration::MAX),
             horizon_days: settings::DEFAULT_HORIZON_DAYS,
+            roll_share_percent: settings::DEFAULT_ROLL_SHARE_PERCENT,
             flights: Arc::default(),
         }
     }
@@ -130,6 +133,12 @@ impl BookingService {
         self.with_hold_ttl(settings.hold_ttl)
             .with_offer_ttl(settings.waitlist_offer_ttl)
             .with_horizon_days(settings.horizon_days)
+            .with_roll_share(settings.roll_share_percent)
+    }
+
+    /// The same service with the daily roll taking `percent` of one connection's time.
+    pub fn with_roll_share(self, percent: u32) -> Self {
+        Self { roll_share_percent: percent.clamp(1, 100), ..self }
     }
 
     /// The same service with holds kept for `ttl`.

@@ -7,6 +7,8 @@ use crate::settings::{ConfigError, Reader};
 
 /// Default `SCHEDULE_HORIZON_DAYS`, the contract's 14 days.
 pub(super) const DEFAULT_HORIZON_DAYS: u32 = 14;
+/// Default `SCHEDULE_ROLL_SHARE_PERCENT`.
+pub(super) const DEFAULT_ROLL_SHARE_PERCENT: u32 = 10;
 
 /// The booking domain's settings.
 #[derive(Clone, Copy, Debug)]
@@ -25,6 +27,11 @@ pub struct Settings {
     /// a new day has its slots well within the hour the contract allows after the doctor's
     /// midnight; at most 3600).
     pub horizon_poll: Duration,
+    /// The share of one database connection's time the daily roll (doctors missing only the
+    /// horizon's newest day) may take, in percent (`SCHEDULE_ROLL_SHARE_PERCENT`, default 10;
+    /// 100: no pause). The day it makes is the horizon's far end, so it yields to bookings;
+    /// catching up (a new doctor, a first start, an outage) runs at full speed.
+    pub roll_share_percent: u32,
 }
 
 impl Settings {
@@ -36,6 +43,12 @@ impl Settings {
             waitlist_offer_ttl: r.secs("WAITLIST_OFFER_SECS", 900, 1.., "a number of seconds")?,
             horizon_days: r.number("SCHEDULE_HORIZON_DAYS", DEFAULT_HORIZON_DAYS, 0..=366, "a number of days")?,
             horizon_poll: r.secs("SCHEDULE_HORIZON_POLL_SECS", 300, 1..=3600, "a number of seconds")?,
+            roll_share_percent: r.number(
+                "SCHEDULE_ROLL_SHARE_PERCENT",
+                DEFAULT_ROLL_SHARE_PERCENT,
+                1..=100,
+                "a percentage from 1 to 100",
+            )?,
         })
     }
 }
@@ -54,6 +67,7 @@ mod tests {
         assert_eq!(c.waitlist_offer_ttl, Duration::from_secs(900));
         assert_eq!(c.horizon_days, 14);
         assert_eq!(c.horizon_poll, Duration::from_secs(300));
+        assert_eq!(c.roll_share_percent, 10);
         for (var, bad) in [
             ("HOLD_TTL_SECS", "0"),
             ("HOLD_TTL_SECS", "10m"),
@@ -63,6 +77,8 @@ mod tests {
             ("SCHEDULE_HORIZON_DAYS", "x"),
             ("SCHEDULE_HORIZON_POLL_SECS", "0"),
             ("SCHEDULE_HORIZON_POLL_SECS", "3601"),
+            ("SCHEDULE_ROLL_SHARE_PERCENT", "0"),
+            ("SCHEDULE_ROLL_SHARE_PERCENT", "101"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }
