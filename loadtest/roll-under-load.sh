@@ -39,6 +39,9 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && 
 WEEK=$(forty_slot_week)
 psql -X -q "$DATABASE_URL" -c "INSERT INTO working_hours (doctor_id, valid_from, weekly, created_at)
   SELECT id, to_char(now() AT TIME ZONE 'UTC' + interval '15 days', 'YYYY-MM-DD'), '$WEEK', now() FROM doctor"
+# Earlier passes made days 0-14 (the seed's slots): each round's roll is the daily one.
+psql -X -q "$DATABASE_URL" -c "INSERT INTO schedule_horizon (doctor_id, scheduled_through, updated_at)
+  SELECT id, to_char(now() AT TIME ZONE timezone + interval '14 days', 'YYYY-MM-DD'), now() FROM doctor"
 psql -X -q "$DATABASE_URL" -c "VACUUM ANALYZE"
 
 opening() { # csv
