@@ -6,11 +6,9 @@
 //! encoding of the rows); without it the rows live in this process. Also here: the doctor →
 //! time zone map, kept in process because a doctor's zone never changes.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, PoisonError, RwLock},
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Duration};
+
+use moka::sync::Cache;
 
 use chrono::{DateTime, NaiveDate, Utc};
 use chrono_tz::Tz;
@@ -25,8 +23,6 @@ const SLOT_BYTES: usize = 8 * 4 + 4 * 2 + 8;
 
 /// A doctor's day, the cache key.
 type DayKey = (i64, NaiveDate);
-/// An in-process entry: when it was stored, and the rows.
-type LocalEntry = (Instant, Arc<Vec<time_slot::Model>>);
 
 /// The slot-list cache of an instance.
 pub struct SlotCache {
@@ -36,7 +32,7 @@ pub struct SlotCache {
 
 enum Backend {
     Off,
-    Local(Mutex<HashMap<DayKey, LocalEntry>>),
+    Local(Cache<DayKey, Arc<Vec<time_slot::Model>>>),
     Redis(RedisLink),
 }
 
@@ -51,7 +47,7 @@ impl SlotCache {
         if ttl.is_zero() {
             return Self::off();
         }
-        Self { ttl, backend: Backend::Local(Mutex::new(HashMap::new())) }
+        Self { ttl, backend: Backend::Local(super::local_map(Some(ttl))) }
     }
 
     pub(crate) fn redis(link: RedisLink, ttl: Duration) -> Self {
@@ -72,10 +68,7 @@ impl SlotCache {
     pub async fn get(&self, doctor_id: i64, date: NaiveDate) -> Option<Vec<time_slot::Model>> {
         let found = match &self.backend {
             Backend::Off => return None,
-            Backend::Local(map) => {
-                let map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                map.get(&(doctor_id, date)).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, rows)| rows.to_vec())
-            }
+            Backend::Local(lists) => lists.get(&(doctor_id, date)).map(|rows| rows.to_vec()),
             Backend::Redis(link) => {
                 let key = link.key(format_args!("slots:{doctor_id}:{date}"));
                 let raw: Option<Vec<u8>> = link
@@ -102,16 +95,7 @@ impl SlotCache {
     pub async fn put(&self, doctor_id: i64, date: NaiveDate, rows: &[time_slot::Model]) {
         match &self.backend {
             Backend::Off => {}
-            Backend::Local(map) => {
-                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                if map.len() >= super::LOCAL_MAX_ENTRIES {
-                    map.retain(|_, (at, _)| at.elapsed() < self.ttl);
-                    if map.len() >= super::LOCAL_MAX_ENTRIES {
-                        map.clear();
-                    }
-                }
-                map.insert((doctor_id, date), (Instant::now(), Arc::new(rows.to_vec())));
-            }
+            Backend::Local(lists) => lists.insert((doctor_id, date), Arc::new(rows.to_vec())),
             Backend::Redis(link) => {
                 let key = link.key(format_args!("slots:{doctor_id}:{date}"));
                 let value = encode(rows);
@@ -129,9 +113,7 @@ impl SlotCache {
     pub async fn invalidate(&self, doctor_id: i64, date: NaiveDate) {
         match &self.backend {
             Backend::Off => {}
-            Backend::Local(map) => {
-                map.lock().unwrap_or_else(PoisonError::into_inner).remove(&(doctor_id, date));
-            }
+            Backend::Local(lists) => lists.invalidate(&(doctor_id, date)),
             Backend::Redis(link) => {
                 let key = link.key(format_args!("slots:{doctor_id}:{date}"));
                 let _ = link
@@ -146,24 +128,25 @@ impl SlotCache {
 
 /// Doctors' time zones, in process (a doctor's zone never changes; unknown doctors are not kept,
 /// since one may be created later).
-#[derive(Default)]
 pub struct TimezoneCache {
-    zones: RwLock<HashMap<i64, Tz>>,
+    zones: Cache<i64, Tz>,
+}
+
+impl Default for TimezoneCache {
+    fn default() -> Self {
+        Self { zones: super::local_map(None) }
+    }
 }
 
 impl TimezoneCache {
     /// The doctor's zone, if known here.
     pub fn get(&self, doctor_id: i64) -> Option<Tz> {
-        self.zones.read().unwrap_or_else(PoisonError::into_inner).get(&doctor_id).copied()
+        self.zones.get(&doctor_id)
     }
 
     /// Remembers the doctor's zone.
     pub fn put(&self, doctor_id: i64, tz: Tz) {
-        let mut zones = self.zones.write().unwrap_or_else(PoisonError::into_inner);
-        if zones.len() >= super::LOCAL_MAX_ENTRIES {
-            zones.clear();
-        }
-        zones.insert(doctor_id, tz);
+        self.zones.insert(doctor_id, tz);
     }
 }
 

@@ -7,11 +7,9 @@
 //! marks are shared by every instance (`PREFIX:full:SLOT`); a Redis failure reads as "not
 //! known", which sends the attempt to the database.
 
-use std::{
-    collections::HashMap,
-    sync::{Mutex, PoisonError},
-    time::{Duration, Instant},
-};
+use std::time::Duration;
+
+use moka::{ops::compute::Op, sync::Cache};
 
 use chrono::{DateTime, Utc};
 
@@ -84,7 +82,7 @@ pub struct KnownFull {
 
 enum Backend {
     Off,
-    Local(Mutex<HashMap<i64, (Instant, Mark)>>),
+    Local(Cache<i64, Mark>),
     Redis(RedisLink, redis::Script),
 }
 
@@ -99,7 +97,7 @@ impl KnownFull {
         if ttl.is_zero() {
             return Self::off();
         }
-        Self { ttl, backend: Backend::Local(Mutex::new(HashMap::new())) }
+        Self { ttl, backend: Backend::Local(super::local_map(Some(ttl))) }
     }
 
     pub(crate) fn redis(link: RedisLink, ttl: Duration) -> Self {
@@ -113,10 +111,7 @@ impl KnownFull {
     pub async fn get(&self, slot_id: i64) -> Option<FullMark> {
         match &self.backend {
             Backend::Off => None,
-            Backend::Local(map) => {
-                let map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                map.get(&slot_id).filter(|(at, _)| at.elapsed() < self.ttl).and_then(|(_, m)| m.full_mark())
-            }
+            Backend::Local(marks) => marks.get(&slot_id).and_then(Mark::full_mark),
             Backend::Redis(link, _) => {
                 let key = link.key(format_args!("full:{slot_id}"));
                 let raw: Option<String> = link
@@ -149,16 +144,11 @@ impl KnownFull {
     async fn set_if_newer(&self, slot_id: i64, mark: Mark) {
         match &self.backend {
             Backend::Off => {}
-            Backend::Local(map) => {
-                let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-                if map.len() >= super::LOCAL_MAX_ENTRIES {
-                    map.retain(|_, (at, _)| at.elapsed() < self.ttl);
-                }
-                let newer =
-                    map.get(&slot_id).is_none_or(|(at, old)| at.elapsed() >= self.ttl || old.version < mark.version);
-                if newer {
-                    map.insert(slot_id, (Instant::now(), mark));
-                }
+            Backend::Local(marks) => {
+                marks.entry(slot_id).and_compute_with(|old| match old {
+                    Some(old) if old.value().version >= mark.version => Op::Nop,
+                    _ => Op::Put(mark),
+                });
             }
             Backend::Redis(link, script) => {
                 let key = link.key(format_args!("full:{slot_id}"));
@@ -215,5 +205,18 @@ mod tests {
         assert!(marks.get(5).await.is_none());
         marks.mark_full(&slot(3)).await;
         assert!(marks.get(5).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn past_the_bound_the_newest_marks_stay_and_versions_still_rule() {
+        let marks = KnownFull::local(Duration::from_secs(30));
+        let past = i64::try_from(super::super::LOCAL_MAX_ENTRIES).unwrap_or(i64::MAX) + 20_000;
+        for id in 100..100 + past {
+            marks.mark_full(&time_slot::Model { id, ..slot(1) }).await;
+        }
+        assert!(marks.get(100 + past - 1).await.is_some(), "the newest mark is kept");
+        marks.mark_open(&slot(2)).await;
+        marks.mark_full(&slot(1)).await;
+        assert!(marks.get(5).await.is_none(), "a cancel's mark still beats a late full one");
     }
 }

@@ -8,10 +8,11 @@
 //! When Redis fails the attempt is counted in process instead, so the limit degrades to
 //! per-instance and the booking still goes on to the database.
 
-use std::{
-    collections::HashMap,
-    sync::{Mutex, PoisonError},
-    time::{Duration, Instant},
+use std::time::{Duration, Instant};
+
+use moka::{
+    ops::compute::{CompResult, Op},
+    sync::Cache,
 };
 
 use super::redis_link::RedisLink;
@@ -27,7 +28,8 @@ return 0
 pub struct RateLimiter {
     limit: u32,
     window: Duration,
-    local: Mutex<HashMap<i64, (Instant, u32)>>,
+    /// Each patient's window in process: when it opened, attempts counted.
+    local: Cache<i64, (Instant, u32)>,
     redis: Option<(RedisLink, redis::Script)>,
 }
 
@@ -39,7 +41,7 @@ impl RateLimiter {
 
     /// `limit` attempts per `window`, counted in process; 0 switches the limit off.
     pub fn local(limit: u32, window: Duration) -> Self {
-        Self { limit, window, local: Mutex::new(HashMap::new()), redis: None }
+        Self { limit, window, local: super::local_map(Some(window)), redis: None }
     }
 
     pub(crate) fn redis(link: RedisLink, limit: u32, window: Duration) -> Self {
@@ -95,19 +97,18 @@ impl RateLimiter {
                 Err(_) => {}
             }
         }
-        let (count, left) = {
-            let mut map = self.local.lock().unwrap_or_else(PoisonError::into_inner);
-            if map.len() >= super::LOCAL_MAX_ENTRIES {
-                map.retain(|_, (opened, _)| opened.elapsed() < self.window);
-            }
-            let entry = map.entry(patient_id).or_insert((Instant::now(), 0));
-            if entry.0.elapsed() >= self.window {
-                *entry = (Instant::now(), 0);
-            }
-            entry.1 = entry.1.saturating_add(1);
-            (i64::from(entry.1), self.window.saturating_sub(entry.0.elapsed()))
+        let counted = self.local.entry(patient_id).and_compute_with(|entry| {
+            Op::Put(match entry.map(|e| e.into_value()) {
+                Some((opened, count)) if opened.elapsed() < self.window => (opened, count.saturating_add(1)),
+                _ => (Instant::now(), 1),
+            })
+        });
+        let (opened, count) = match counted {
+            CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => e.into_value(),
+            // Put always leaves an entry; counted as the window's first attempt if not.
+            CompResult::StillNone(_) | CompResult::Removed(_) => (Instant::now(), 1),
         };
-        self.verdict(count, left)
+        self.verdict(i64::from(count), self.window.saturating_sub(opened.elapsed()))
     }
 
     /// Takes back one attempt counted for the patient: a request that turned out to replay an
@@ -129,10 +130,10 @@ impl RateLimiter {
                 return;
             }
         }
-        let mut map = self.local.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = map.get_mut(&patient_id) {
-            entry.1 = entry.1.saturating_sub(1);
-        }
+        self.local.entry(patient_id).and_compute_with(|entry| match entry.map(|e| e.into_value()) {
+            Some((opened, count)) => Op::Put((opened, count.saturating_sub(1))),
+            None => Op::Nop,
+        });
     }
 
     fn verdict(&self, count: i64, left: Duration) -> Result<(), u64> {
