@@ -200,8 +200,11 @@ impl BookingService {
         now: DateTime<Utc>,
     ) -> Result<FoundSlots, ServiceError> {
         let want = search.first + 1;
+        // A specialty alone: its index holds exactly the doctors found for it.
+        let specialty_only = search.specialty.as_deref().filter(|_| search.doctor_ids.is_none());
         let Some(length) = search.duration else {
-            let slots = db::find::merged(&self.db, &search.criteria, doctors, after, want as u64).await?;
+            let slots =
+                db::find::merged(&self.db, &search.criteria, doctors, specialty_only, after, want as u64).await?;
             return Ok(FoundSlots { has_next: slots.len() > search.first, slots });
         };
         // With a duration, candidates whose run is not bookable drop out: read on in growing
@@ -211,7 +214,7 @@ impl BookingService {
         let mut batch = (want * 2).max(50);
         let mut examined = 0;
         loop {
-            let rows = db::find::merged(&self.db, &search.criteria, doctors, pos, batch as u64).await?;
+            let rows = db::find::merged(&self.db, &search.criteria, doctors, specialty_only, pos, batch as u64).await?;
             let exhausted = rows.len() < batch;
             examined += rows.len();
             if let Some(last) = rows.last() {
