@@ -173,6 +173,8 @@ impl BookingService {
         let doctors = match (&search.specialty, &search.doctor_ids) {
             (None, None) => None,
             (_, Some(ids)) if ids.is_empty() => return Ok(FoundSlots::default()),
+            // The specialty's own index answers without its list of doctors.
+            (Some(_), None) if !search.one_per_doctor && db::find::specialty_indexed(&self.db) => None,
             (specialty, ids) => Some(db::find::doctors(conn, specialty.as_deref(), ids.as_deref()).await?),
         };
         let mut found = if search.one_per_doctor {

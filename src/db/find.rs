@@ -137,11 +137,18 @@ pub async fn doctors(
     Ok(out)
 }
 
+/// Whether a specialty's slots have an index of their own (PostgreSQL), so that a search for a
+/// specialty alone needs no list of its doctors.
+pub fn specialty_indexed(db: &Db) -> bool {
+    db.backend() == DbBackend::Postgres
+}
+
 /// Up to `limit` matching slots after `after`, in answer order, of `doctors` (`None`: every
 /// doctor).
 ///
-/// `specialty_only`: `doctors` are exactly the doctors of this specialty (as [`doctors`] found
-/// them), so that PostgreSQL may read the specialty's index instead of each doctor's slots.
+/// `specialty_only`: the search is for this specialty's doctors and no others; where the
+/// specialty has its own index ([`specialty_indexed`]) `doctors` is not read and may be `None`,
+/// elsewhere it must list exactly the doctors [`doctors`] found for the specialty.
 pub async fn merged(
     db: &Db,
     criteria: &Criteria,
@@ -150,11 +157,11 @@ pub async fn merged(
     after: Option<Position>,
     limit: u64,
 ) -> Result<Vec<time_slot::Model>, StoreError> {
+    if specialty_only.is_some() && specialty_indexed(db) {
+        return across(db, criteria, None, specialty_only, after, limit).await;
+    }
     match doctors {
         Some([]) => Ok(Vec::new()),
-        Some(_) if db.backend() == DbBackend::Postgres && specialty_only.is_some() => {
-            across(db, criteria, None, specialty_only, after, limit).await
-        }
         Some(list) if list.len() <= PER_DOCTOR_MAX => {
             // Each doctor's own position after the cursor: the rest of the cursor's start for
             // doctors after its doctor, strictly later starts for those before it.
