@@ -11,6 +11,9 @@
 # MAX_SECONDS (15), CONNECTIONS (64), SERVER_ENV (extra K=V words for the server), BIN (the server
 # binary, default target/release/clinic-booking: an older build measures a baseline, since the server
 # migrates the database itself before the seed) and LT (target/release/clinic-loadtest).
+# Which runs: OPENING_READ_RATES, CLOSED_SCENARIOS ("reads reject success mix") and FIND_SCENARIOS
+# ("find-slots find-worst find-one"); an empty one skips its runs, so the slot search alone is
+#   OPENING_READ_RATES= CLOSED_SCENARIOS= PG=… REDIS=… loadtest/run-all.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
@@ -38,11 +41,11 @@ curl -s "http://127.0.0.1:$PORT/readyz"; echo
 
 run() { "$LT" run --url "http://127.0.0.1:$PORT" --seed "$OUT/seed.json" \
           --database-url "$DATABASE_URL" "$@" || true; echo; }
-for reads in ${OPENING_READ_RATES:-500 5000}; do
+for reads in ${OPENING_READ_RATES-500 5000}; do
   run --scenario opening --rate "${OPENING_RATE:-5000}" --read-rate "$reads" --duration "${OPENING_SECONDS:-30}" \
     --warmup "${OPENING_WARMUP:-3}"
 done
-for s in reads reject success mix; do
+for s in ${CLOSED_SCENARIOS-reads reject success mix}; do
   run --scenario "$s" --connections "${CONNECTIONS:-64}" --duration "${MAX_SECONDS:-15}"
 done
 # The slot search (builds from before findSlots answer BAD_REQUEST: FIND_SCENARIOS= skips it).
