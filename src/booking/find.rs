@@ -17,7 +17,7 @@ use crate::{
     db::{
         self,
         entity::time_slot,
-        find::{Criteria, DoctorStart, DoctorZone},
+        find::{Criteria, DoctorStart, DoctorZone, Scope},
         slots,
     },
     error::{Field, ServiceError},
@@ -170,11 +170,15 @@ impl BookingService {
             return Ok(FoundSlots::default());
         }
         let conn = self.db.conn();
+        // The specialty's own index answers a specialty alone without its list of doctors.
+        let indexed = match (&search.specialty, &search.doctor_ids) {
+            (Some(s), None) if !search.one_per_doctor => db::find::IndexedSpecialty::on(&self.db, s),
+            _ => None,
+        };
         let doctors = match (&search.specialty, &search.doctor_ids) {
-            (None, None) => None,
             (_, Some(ids)) if ids.is_empty() => return Ok(FoundSlots::default()),
-            // The specialty's own index answers without its list of doctors.
-            (Some(_), None) if !search.one_per_doctor && db::find::specialty_indexed(&self.db) => None,
+            (None, None) => None,
+            _ if indexed.is_some() => None,
             (specialty, ids) => Some(db::find::doctors(conn, specialty.as_deref(), ids.as_deref()).await?),
         };
         let mut found = if search.one_per_doctor {
@@ -187,26 +191,28 @@ impl BookingService {
             firsts.retain(|s| after.is_none_or(|a| SlotPosition::of(s) > a));
             FoundSlots { has_next: firsts.len() > search.first, slots: firsts }
         } else {
-            self.merged_page(&search, doctors.as_deref(), after, now).await?
+            let scope = match (indexed, &doctors) {
+                (Some(specialty), _) => Scope::Specialty(specialty),
+                (None, Some(list)) => Scope::Doctors(list),
+                (None, None) => Scope::Everyone,
+            };
+            self.merged_page(&search, scope, after, now).await?
         };
         found.slots.truncate(search.first);
         Ok(found)
     }
 
-    /// A page across `doctors` (`None`: all): `first + 1` matches, or fewer at the end.
+    /// A page of `scope`'s slots: `first + 1` matches, or fewer at the end.
     async fn merged_page(
         &self,
         search: &Search,
-        doctors: Option<&[DoctorZone]>,
+        scope: Scope<'_>,
         after: Option<SlotPosition>,
         now: DateTime<Utc>,
     ) -> Result<FoundSlots, ServiceError> {
         let want = search.first + 1;
-        // A specialty alone: its index holds exactly the doctors found for it.
-        let specialty_only = search.specialty.as_deref().filter(|_| search.doctor_ids.is_none());
         let Some(length) = search.duration else {
-            let slots =
-                db::find::merged(&self.db, &search.criteria, doctors, specialty_only, after, want as u64).await?;
+            let slots = db::find::merged(&self.db, &search.criteria, scope, after, want as u64).await?;
             return Ok(FoundSlots { has_next: slots.len() > search.first, slots });
         };
         // With a duration, candidates whose run is not bookable drop out: read on in growing
@@ -216,7 +222,7 @@ impl BookingService {
         let mut batch = (want * 2).max(50);
         let mut examined = 0;
         loop {
-            let rows = db::find::merged(&self.db, &search.criteria, doctors, specialty_only, pos, batch as u64).await?;
+            let rows = db::find::merged(&self.db, &search.criteria, scope, pos, batch as u64).await?;
             let exhausted = rows.len() < batch;
             examined += rows.len();
             if let Some(last) = rows.last() {

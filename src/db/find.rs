@@ -11,7 +11,7 @@
 //!   index-only; the rows of the page are read by id at the end.
 //! - **Across every doctor** (no doctor filter, or more than [`PER_DOCTOR_MAX`] doctors): one
 //!   scan of `ix_time_slot_open_start`, already in answer order, from the cursor on.
-//! - **A specialty** (no doctor ids, PostgreSQL): one scan of `ix_time_slot_open_specialty`
+//! - **A specialty** ([`Scope::Specialty`]: no doctor ids, PostgreSQL): one scan of `ix_time_slot_open_specialty`
 //!   (`m20261206_000001_slot_specialty`: each slot carries its doctor's specialty), in answer
 //!   order from the cursor on; about 8× less work for the database than a descent per doctor.
 //!   It returns what the per-doctor plan returns for the specialty's doctors (a test holds the
@@ -137,32 +137,40 @@ pub async fn doctors(
     Ok(out)
 }
 
-/// Whether a specialty's slots have an index of their own (PostgreSQL), so that a search for a
-/// specialty alone needs no list of its doctors.
-pub fn specialty_indexed(db: &Db) -> bool {
-    db.backend() == DbBackend::Postgres
+/// Whose slots a page is read from.
+#[derive(Clone, Copy, Debug)]
+pub enum Scope<'a> {
+    /// Every doctor's.
+    Everyone,
+    /// These doctors' (a specialty's on SQLite, or the caller's ids).
+    Doctors(&'a [DoctorZone]),
+    /// One specialty's, from its own index.
+    Specialty(IndexedSpecialty<'a>),
 }
 
-/// Up to `limit` matching slots after `after`, in answer order, of `doctors` (`None`: every
-/// doctor).
-///
-/// `specialty_only`: the search is for this specialty's doctors and no others; where the
-/// specialty has its own index ([`specialty_indexed`]) `doctors` is not read and may be `None`,
-/// elsewhere it must list exactly the doctors [`doctors`] found for the specialty.
+/// A specialty whose slots have an index of their own (PostgreSQL), so that its search needs no
+/// list of its doctors; made only where that index exists.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexedSpecialty<'a>(&'a str);
+
+impl<'a> IndexedSpecialty<'a> {
+    /// The specialty, where `db` has its index (`None` on SQLite: list its doctors instead).
+    pub fn on(db: &Db, specialty: &'a str) -> Option<Self> {
+        (db.backend() == DbBackend::Postgres).then_some(Self(specialty))
+    }
+}
+
+/// Up to `limit` matching slots after `after`, in answer order, of `scope`.
 pub async fn merged(
     db: &Db,
     criteria: &Criteria,
-    doctors: Option<&[DoctorZone]>,
-    specialty_only: Option<&str>,
+    scope: Scope<'_>,
     after: Option<Position>,
     limit: u64,
 ) -> Result<Vec<time_slot::Model>, StoreError> {
-    if specialty_only.is_some() && specialty_indexed(db) {
-        return across(db, criteria, None, specialty_only, after, limit).await;
-    }
-    match doctors {
-        Some([]) => Ok(Vec::new()),
-        Some(list) if list.len() <= PER_DOCTOR_MAX => {
+    match scope {
+        Scope::Doctors([]) => Ok(Vec::new()),
+        Scope::Doctors(list) if list.len() <= PER_DOCTOR_MAX => {
             // Each doctor's own position after the cursor: the rest of the cursor's start for
             // doctors after its doctor, strictly later starts for those before it.
             let starts: Vec<DoctorStart> = list
@@ -178,7 +186,7 @@ pub async fn merged(
                 .collect();
             per_doctor(db, criteria, &starts, limit, Some(limit)).await
         }
-        _ => across(db, criteria, doctors, None, after, limit).await,
+        _ => across(db, criteria, scope, after, limit).await,
     }
 }
 
@@ -292,11 +300,14 @@ async fn per_doctor_pg(
 async fn across(
     db: &Db,
     criteria: &Criteria,
-    doctors: Option<&[DoctorZone]>,
-    specialty: Option<&str>,
+    scope: Scope<'_>,
     after: Option<Position>,
     limit: u64,
 ) -> Result<Vec<time_slot::Model>, StoreError> {
+    let doctors = match scope {
+        Scope::Doctors(list) => Some(list),
+        Scope::Everyone | Scope::Specialty(_) => None,
+    };
     // Before any real position: doctor and slot ids are positive.
     let after = after.unwrap_or(Position { start_at: criteria.from, doctor_id: 0, slot_id: 0 });
     if db.backend() == DbBackend::Postgres {
@@ -311,34 +322,37 @@ async fn across(
                     "WITH c AS (SELECT s.start_at, s.doctor_id, s.id, z.tz FROM time_slot s \
                        CROSS JOIN LATERAL (SELECT (SELECT d.timezone FROM doctor d WHERE d.id = s.doctor_id) AS tz) AS z \
                        WHERE s.open AND s.start_at >= $1 AND s.start_at < $2 \
-                         AND (s.start_at, s.doctor_id, s.id) > ($3, $4, $5) ",
+                         AND (s.start_at, s.doctor_id, s.id) > ($3, $4, $5) \
+                         AND ($6::int[] IS NULL OR extract(isodow FROM s.start_at AT TIME ZONE z.tz)::int = ANY($6)) \
+                         AND ($7::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) >= $7 * 60) \
+                         AND ($8::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) < $8 * 60) ",
                     $which,
-                    " AND ($7::int[] IS NULL OR extract(isodow FROM s.start_at AT TIME ZONE z.tz)::int = ANY($7)) \
-                         AND ($8::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) >= $8 * 60) \
-                         AND ($9::int IS NULL OR extract(epoch FROM (s.start_at AT TIME ZONE z.tz)::time) < $9 * 60) \
-                       ORDER BY s.start_at, s.doctor_id, s.id LIMIT $10) \
+                    " ORDER BY s.start_at, s.doctor_id, s.id LIMIT $9) \
                      SELECT ",
                     slot_columns!("s"),
                     ", c.tz FROM c JOIN time_slot s ON s.id = c.id ORDER BY c.start_at, c.doctor_id, c.id"
                 )
             };
         }
-        const BY_DOCTORS: &str = across_sql!("AND ($6::bigint[] IS NULL OR s.doctor_id = ANY($6))");
-        const BY_SPECIALTY: &str = across_sql!("AND s.specialty = lower($6)");
-        let query = match specialty {
-            Some(_) => sqlx::query(BY_SPECIALTY).bind(criteria.from).bind(criteria.to),
-            None => sqlx::query(BY_DOCTORS).bind(criteria.from).bind(criteria.to),
-        };
-        let query = query.bind(after.start_at).bind(after.doctor_id).bind(after.slot_id);
-        let query = match specialty {
-            Some(specialty) => query.bind(specialty.to_owned()),
-            None => query.bind(doctors.map(|ds| ds.iter().map(|d| d.id).collect::<Vec<_>>())),
-        };
-        let query = query
+        const BY_DOCTORS: &str = across_sql!("AND ($10::bigint[] IS NULL OR s.doctor_id = ANY($10))");
+        const BY_SPECIALTY: &str = across_sql!("AND s.specialty = lower($10)");
+        let sql = if let Scope::Specialty(_) = scope { BY_SPECIALTY } else { BY_DOCTORS };
+        let query = sqlx::query(sql)
+            .bind(criteria.from)
+            .bind(criteria.to)
+            .bind(after.start_at)
+            .bind(after.doctor_id)
+            .bind(after.slot_id)
             .bind(criteria.iso_days())
             .bind(criteria.earliest_minute.map(|m| m as i32))
             .bind(criteria.latest_minute.map(|m| m as i32))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        let query = match scope {
+            Scope::Specialty(IndexedSpecialty(specialty)) => query.bind(specialty.to_owned()),
+            Scope::Everyone | Scope::Doctors(_) => {
+                query.bind(doctors.map(|ds| ds.iter().map(|d| d.id).collect::<Vec<_>>()))
+            }
+        };
         let rows = db.pg_fetch_pooled(query).await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {

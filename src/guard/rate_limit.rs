@@ -10,10 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use moka::{
-    ops::compute::{CompResult, Op},
-    sync::Cache,
-};
+use moka::{ops::compute::Op, sync::Cache};
 
 use super::redis_link::RedisLink;
 
@@ -97,17 +94,14 @@ impl RateLimiter {
                 Err(_) => {}
             }
         }
-        let counted = self.local.entry(patient_id).and_compute_with(|entry| {
-            Op::Put(match entry.map(|e| e.into_value()) {
-                Some((opened, count)) if opened.elapsed() < self.window => (opened, count.saturating_add(1)),
-                _ => (Instant::now(), 1),
-            })
+        let mut counted = (Instant::now(), 1);
+        self.local.entry(patient_id).and_compute_with(|entry| {
+            if let Some((opened, count)) = entry.map(|e| e.into_value()).filter(|(o, _)| o.elapsed() < self.window) {
+                counted = (opened, count.saturating_add(1));
+            }
+            Op::Put(counted)
         });
-        let (opened, count) = match counted {
-            CompResult::Inserted(e) | CompResult::ReplacedWith(e) | CompResult::Unchanged(e) => e.into_value(),
-            // Put always leaves an entry; counted as the window's first attempt if not.
-            CompResult::StillNone(_) | CompResult::Removed(_) => (Instant::now(), 1),
-        };
+        let (opened, count) = counted;
         self.verdict(i64::from(count), self.window.saturating_sub(opened.elapsed()))
     }
 
