@@ -8,7 +8,13 @@
 //! doctor id, then slot id; a page starts strictly after a [`SlotPosition`] in that order, so
 //! paging never repeats a slot and never skips one that matched throughout.
 //!
-//! Read straight from the database at every request (no cache): as fresh as the last commit.
+//! Read straight from the database at every request. A page carries the [`Stamp`]s of what it
+//! depends on, taken before its reads: each listed doctor's, or the specialty's (with the new
+//! doctors'), or everyone's; and they end when the earliest slot read starts (time passing can
+//! change a page only by a slot starting). The GraphQL answer made of it is kept while they are
+//! current, as a slot list's is.
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -21,6 +27,7 @@ use crate::{
         slots,
     },
     error::{Field, ServiceError},
+    guard::Stamp,
     model::DayRange,
 };
 
@@ -62,6 +69,17 @@ pub struct FindRequest {
     pub one_per_doctor: bool,
 }
 
+/// Specialties folded as the database folds them, by the spelling searched: bounded, since
+/// the spellings are the callers'.
+#[derive(Clone)]
+pub(super) struct Folds(Arc<moka::sync::Cache<String, String>>);
+
+impl Default for Folds {
+    fn default() -> Self {
+        Self(Arc::new(moka::sync::Cache::new(10_000)))
+    }
+}
+
 /// One page of a search.
 #[derive(Clone, Debug, Default)]
 pub struct FoundSlots {
@@ -69,6 +87,21 @@ pub struct FoundSlots {
     pub slots: Vec<time_slot::Model>,
     /// Whether more may follow the last one.
     pub has_next: bool,
+    /// What the page depends on, taken before it was read: whatever is made of it is current
+    /// while these are ([`crate::guard::Generations`]). Empty: not known, make nothing lasting.
+    pub stamps: Vec<Stamp>,
+}
+
+/// The earliest start among rows read so far: the page is right until it comes.
+#[derive(Default)]
+struct Earliest(Option<DateTime<Utc>>);
+
+impl Earliest {
+    fn saw(&mut self, rows: &[time_slot::Model]) {
+        if let Some(first) = rows.iter().map(|s| s.start_at).min() {
+            self.0 = Some(self.0.map_or(first, |e| e.min(first)));
+        }
+    }
 }
 
 /// A checked search.
@@ -170,6 +203,8 @@ impl BookingService {
             return Ok(FoundSlots::default());
         }
         let conn = self.db.conn();
+        let mut stamps = self.stamps(&search).await?;
+        let mut earliest = Earliest::default();
         // The specialty's own index answers a specialty alone without its list of doctors.
         let indexed = match (&search.specialty, &search.doctor_ids) {
             (Some(s), None) if !search.one_per_doctor => db::find::IndexedSpecialty::on(&self.db, s),
@@ -186,20 +221,56 @@ impl BookingService {
                 Some(list) => list,
                 None => db::find::doctors(conn, None, None).await?,
             };
-            let mut firsts = self.first_per_doctor(&search, &doctors, now).await?;
+            let mut firsts = self.first_per_doctor(&search, &doctors, now, &mut earliest).await?;
             firsts.sort_unstable_by_key(SlotPosition::of);
             firsts.retain(|s| after.is_none_or(|a| SlotPosition::of(s) > a));
-            FoundSlots { has_next: firsts.len() > search.first, slots: firsts }
+            FoundSlots { has_next: firsts.len() > search.first, slots: firsts, stamps: Vec::new() }
         } else {
             let scope = match (indexed, &doctors) {
                 (Some(specialty), _) => Scope::Specialty(specialty),
                 (None, Some(list)) => Scope::Doctors(list),
                 (None, None) => Scope::Everyone,
             };
-            self.merged_page(&search, scope, after, now).await?
+            self.merged_page(&search, scope, after, now, &mut earliest).await?
         };
         found.slots.truncate(search.first);
+        if let Some(first) = earliest.0 {
+            stamps.iter_mut().for_each(|s| s.expire_at(first));
+        }
+        found.stamps = stamps;
         Ok(found)
+    }
+
+    /// The stamps of everything a search's page depends on, to take before reading it: the
+    /// listed doctors', the specialty's (with the doctors the roster lacks), or everyone's.
+    /// Empty when the roster changed each time it was read.
+    async fn stamps(&self, search: &Search) -> Result<Vec<Stamp>, ServiceError> {
+        let generations = &self.guard.generations;
+        if let Some(ids) = &search.doctor_ids {
+            return Ok(ids.iter().map(|&id| generations.stamp(id)).collect());
+        }
+        let Some(specialty) = &search.specialty else {
+            return Ok(vec![generations.everyone()]);
+        };
+        let conn = self.db.conn();
+        let folds = &self.folded_specialties.0;
+        let folded = match folds.get(specialty) {
+            Some(folded) => folded,
+            None => {
+                let folded = db::doctors::fold_specialty(conn, specialty).await?;
+                folds.insert(specialty.clone(), folded.clone());
+                folded
+            }
+        };
+        for _ in 0..2 {
+            if let Some(stamps) = generations.specialty(&folded) {
+                return Ok(stamps);
+            }
+            let mark = generations.roster_mark();
+            let roster = db::doctors::roster(conn).await?;
+            generations.learn(mark, roster);
+        }
+        Ok(Vec::new())
     }
 
     /// A page of `scope`'s slots: `first + 1` matches, or fewer at the end.
@@ -209,11 +280,14 @@ impl BookingService {
         scope: Scope<'_>,
         after: Option<SlotPosition>,
         now: DateTime<Utc>,
+        earliest: &mut Earliest,
     ) -> Result<FoundSlots, ServiceError> {
         let want = search.first + 1;
+        let page = |has_next, slots| FoundSlots { slots, has_next, stamps: Vec::new() };
         let Some(length) = search.duration else {
             let slots = db::find::merged(&self.db, &search.criteria, scope, after, want as u64).await?;
-            return Ok(FoundSlots { has_next: slots.len() > search.first, slots });
+            earliest.saw(&slots);
+            return Ok(page(slots.len() > search.first, slots));
         };
         // With a duration, candidates whose run is not bookable drop out: read on in growing
         // batches until the page is full, the window ends, or the work bound is reached.
@@ -223,6 +297,7 @@ impl BookingService {
         let mut examined = 0;
         loop {
             let rows = db::find::merged(&self.db, &search.criteria, scope, pos, batch as u64).await?;
+            earliest.saw(&rows);
             let exhausted = rows.len() < batch;
             examined += rows.len();
             if let Some(last) = rows.last() {
@@ -230,10 +305,10 @@ impl BookingService {
             }
             out.extend(self.with_runs(rows, length, now).await?);
             if out.len() >= want {
-                return Ok(FoundSlots { has_next: true, slots: out });
+                return Ok(page(true, out));
             }
             if exhausted || examined >= MAX_EXAMINED {
-                return Ok(FoundSlots { has_next: !exhausted, slots: out });
+                return Ok(page(!exhausted, out));
             }
             batch = (batch * 2).min(1000);
         }
@@ -245,10 +320,13 @@ impl BookingService {
         search: &Search,
         doctors: &[DoctorZone],
         now: DateTime<Utc>,
+        earliest: &mut Earliest,
     ) -> Result<Vec<time_slot::Model>, ServiceError> {
         let Some(length) = search.duration else {
             let firsts: Vec<_> = doctors.iter().map(|d| (d.clone(), None)).collect();
-            return Ok(db::find::per_doctor(&self.db, &search.criteria, &firsts, 1, None).await?);
+            let rows = db::find::per_doctor(&self.db, &search.criteria, &firsts, 1, None).await?;
+            earliest.saw(&rows);
+            return Ok(rows);
         };
         // With a duration: a few candidates per doctor at a time, until each doctor has a start
         // whose run is bookable or has no candidate left.
@@ -258,6 +336,7 @@ impl BookingService {
         let mut examined = 0;
         while !pending.is_empty() && examined < MAX_EXAMINED {
             let rows = db::find::per_doctor(&self.db, &search.criteria, &pending, k as u64, None).await?;
+            earliest.saw(&rows);
             examined += rows.len();
             // Per doctor: how many candidates came, and the last one (where it reads on).
             let mut read: std::collections::HashMap<i64, (usize, (DateTime<Utc>, i64))> = Default::default();

@@ -81,6 +81,8 @@ pub struct BookingService {
     roll_share_percent: u32,
     /// Concurrent retries of one booking or hold, answered by one attempt.
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
+    /// Searched specialties as the database folds them (see [`find`]'s stamps).
+    folded_specialties: find::Folds,
 }
 
 /// The doctor a change of schedule names, when `caller` may change it: a malformed id is a
@@ -115,6 +117,7 @@ impl BookingService {
             horizon_days: settings::DEFAULT_HORIZON_DAYS,
             roll_share_percent: settings::DEFAULT_ROLL_SHARE_PERCENT,
             flights: Arc::default(),
+            folded_specialties: find::Folds::default(),
         }
     }
 

@@ -45,3 +45,37 @@ pub async fn page(
     }
     Ok(q.all(conn).await?)
 }
+
+/// Every doctor with its specialty as the slot search compares it (PostgreSQL's `lower()`
+/// there, Rust's lowercase on SQLite), by id.
+pub async fn roster(conn: &impl ConnectionTrait) -> Result<Vec<(i64, Option<String>)>, StoreError> {
+    use sea_orm::{DbBackend, FromQueryResult, Statement};
+    #[derive(FromQueryResult)]
+    struct Row {
+        id: i64,
+        specialty: Option<String>,
+    }
+    let backend = conn.get_database_backend();
+    let sql = match backend {
+        DbBackend::Postgres => "SELECT id, lower(specialty) AS specialty FROM doctor ORDER BY id",
+        _ => "SELECT id, specialty FROM doctor ORDER BY id",
+    };
+    let rows = Row::find_by_statement(Statement::from_string(backend, sql)).all(conn).await?;
+    let fold = backend != DbBackend::Postgres;
+    Ok(rows.into_iter().map(|r| (r.id, r.specialty.map(|s| if fold { s.to_lowercase() } else { s }))).collect())
+}
+
+/// `specialty` folded as the slot search folds it (see [`roster`]).
+pub async fn fold_specialty(conn: &impl ConnectionTrait, specialty: &str) -> Result<String, StoreError> {
+    use sea_orm::{DbBackend, Statement};
+    if conn.get_database_backend() != DbBackend::Postgres {
+        return Ok(specialty.to_lowercase());
+    }
+    let statement =
+        Statement::from_sql_and_values(DbBackend::Postgres, "SELECT lower($1) AS folded", [specialty.into()]);
+    let row = conn
+        .query_one_raw(statement)
+        .await?
+        .ok_or_else(|| StoreError::Inconsistent("SELECT lower($1) returned no row".into()))?;
+    Ok(row.try_get::<String>("", "folded")?)
+}

@@ -7,7 +7,7 @@ use async_graphql::{
 };
 use chrono::{DateTime, Utc};
 
-use super::{cursor, error::IntoGraphql, types::Slot, weekday::Weekday};
+use super::{context::record_stamp, cursor, error::IntoGraphql, types::Slot, weekday::Weekday};
 use crate::booking::{BookingService, FindRequest, SlotPosition};
 
 /// The name cursors of this connection carry.
@@ -68,7 +68,8 @@ impl FindQuery {
     /// Bookable slots (a seat left — in every slot of the run for `durationMinutes` — starting
     /// after now, not closed) matching `input`, ordered by start, then doctor id, then slot id;
     /// `first` 1–100 (default 20) after the cursor `after`. Paging never repeats a slot and
-    /// never skips one that matched throughout. Public; read from the database at each request.
+    /// never skips one that matched throughout. Public; as fresh as `availableSlots` (an equal
+    /// request is answered again from memory until one of the doctors it covers changes).
     async fn find_slots(
         &self,
         ctx: &Context<'_>,
@@ -89,6 +90,7 @@ impl FindQuery {
             one_per_doctor: input.one_per_doctor.unwrap_or(false),
         };
         let page = ctx.data::<BookingService>()?.find_slots(&req, first, position).await.gql()?;
+        page.stamps.iter().for_each(|s| record_stamp(ctx, Some(*s)));
         let mut conn = SlotSearchConnection::new(position.is_some(), page.has_next);
         conn.edges.extend(page.slots.into_iter().map(|s| Edge::new(encode(SlotPosition::of(&s)), Slot(s))));
         Ok(conn)

@@ -1,6 +1,7 @@
-//! Generations of each doctor's slots: a counter per doctor that every committed change of its
-//! slots bumps. A read of a doctor's slots takes a [`Stamp`] first; whatever is made of that read
-//! (a rendered slot-list answer, kept in process) is current exactly while its stamps are.
+//! Generations of what reads depend on: a counter per doctor that every committed change of its
+//! slots bumps, and the coarser counters searches across doctors depend on (a specialty's, new
+//! doctors', everyone's). A read takes a [`Stamp`] of each first; whatever is made of that read
+//! (a rendered answer, kept in process) is current exactly while its stamps are.
 //!
 //! The counters hear of changes as a [`ChangeObserver`], like the instance's other caches:
 //! - this instance's own commits, told by the booking service's commit sink right after each
@@ -11,6 +12,12 @@
 //!   instances' commits too (Redis pub/sub), usually within milliseconds, and their published
 //!   schedules;
 //! - a possible loss of such changes (Redis came back after an outage): every stamp goes stale.
+//!
+//! A change names only its doctor. Which specialty that doctor has comes from the roster
+//! ([`Generations::learn`]: every doctor with its specialty as the database folds it), read
+//! when a specialty's stamp is first asked for. A change of a doctor the roster does not hold
+//! (one created since) bumps the new doctors' counter, which every specialty stamp also watches;
+//! the next specialty stamp then waits for the roster to be read again.
 
 use std::{
     collections::HashMap,
@@ -22,13 +29,26 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{ChangeObserver, SlotChange};
 
-/// Doctors whose generation is remembered before the map starts afresh (and every stamp with it).
-const MAX_DOCTORS: usize = 1_000_000;
+/// Counters remembered before the map starts afresh (and every stamp with it).
+const MAX_COUNTERS: usize = 1_000_000;
 
-/// A doctor's generation when a read of its slots was about to start.
+/// What a counter counts the changes of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Watched {
+    /// One doctor's slots.
+    Doctor(i64),
+    /// The slots of the doctors of one specialty (by its number in the roster).
+    Specialty(u32),
+    /// The slots of doctors the roster does not hold.
+    NewDoctors,
+    /// Anyone's slots.
+    Everyone,
+}
+
+/// A counter's value when a read that depends on it was about to start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
-    doctor_id: i64,
+    watched: Watched,
     generation: u64,
     epoch: u64,
     /// When what was read stops being right whatever happens (`None`: only a change ends it).
@@ -56,11 +76,52 @@ impl Stamp {
     }
 }
 
+/// Where the new doctors' counter stood before a roster was read ([`Generations::learn`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RosterMark {
+    epoch: u64,
+    new_doctors: u64,
+}
+
+/// Every doctor's specialty, as of a read of the doctors.
+#[derive(Default)]
+struct Roster {
+    /// Each doctor's specialty number (`None`: it has none).
+    specialty_of: HashMap<i64, Option<u32>>,
+    /// The new doctors' counter when the roster was read: past it, doctors it lacks changed.
+    new_doctors_at: Option<(u64, u64)>,
+}
+
 #[derive(Default)]
 struct Inner {
     /// Bumped to make every stamp stale at once.
     epoch: u64,
-    generations: HashMap<i64, u64>,
+    generations: HashMap<Watched, u64>,
+    roster: Roster,
+    /// Specialties by name as the database folds them, numbered once for the instance's life
+    /// (only names a doctor has: bounded by the doctor table).
+    specialties: HashMap<String, u32>,
+}
+
+impl Inner {
+    fn generation(&self, watched: Watched) -> u64 {
+        self.generations.get(&watched).copied().unwrap_or(0)
+    }
+
+    fn stamp(&self, watched: Watched) -> Stamp {
+        Stamp { watched, generation: self.generation(watched), epoch: self.epoch, until: None }
+    }
+
+    fn bump(&mut self, watched: Watched) {
+        if self.generations.len() >= MAX_COUNTERS && !self.generations.contains_key(&watched) {
+            // Old stamps would match fresh zeros: the new epoch makes them all stale, and the
+            // roster, whose mark they were, is read again.
+            self.generations.clear();
+            self.roster = Roster::default();
+            self.epoch += 1;
+        }
+        *self.generations.entry(watched).or_insert(0) += 1;
+    }
 }
 
 /// The generations of an instance (read-mostly: a stamp per read, a bump per change).
@@ -75,42 +136,93 @@ impl Generations {
         Self::default()
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        // Every operation leaves the map consistent; a panicking holder cannot break it.
+        self.inner.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The doctor's current generation, to take before reading its slots.
     pub fn stamp(&self, doctor_id: i64) -> Stamp {
-        // Every operation leaves the map consistent; a panicking holder cannot break it.
-        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
-        Stamp {
-            doctor_id,
-            generation: inner.generations.get(&doctor_id).copied().unwrap_or(0),
-            epoch: inner.epoch,
-            until: None,
+        self.read().stamp(Watched::Doctor(doctor_id))
+    }
+
+    /// Anyone's slots' generation, to take before reading slots of every doctor.
+    pub fn everyone(&self) -> Stamp {
+        self.read().stamp(Watched::Everyone)
+    }
+
+    /// The stamps to take before reading the slots of the doctors of `specialty` (folded as the
+    /// database folds it), or `None` when the roster must be read first ([`Self::learn`]).
+    pub fn specialty(&self, specialty: &str) -> Option<Vec<Stamp>> {
+        let inner = self.read();
+        let current = (inner.epoch, inner.generation(Watched::NewDoctors));
+        if inner.roster.new_doctors_at != Some(current) {
+            return None;
         }
+        let mut stamps = vec![inner.stamp(Watched::NewDoctors)];
+        // A name no doctor had when the roster was read: only a new doctor can bring it.
+        if let Some(&number) = inner.specialties.get(specialty) {
+            stamps.push(inner.stamp(Watched::Specialty(number)));
+        }
+        Some(stamps)
+    }
+
+    /// Where the new doctors' counter stands: take it before reading the roster.
+    pub fn roster_mark(&self) -> RosterMark {
+        let inner = self.read();
+        RosterMark { epoch: inner.epoch, new_doctors: inner.generation(Watched::NewDoctors) }
+    }
+
+    /// The roster read after `mark`: each doctor with its specialty as the database folds it.
+    pub fn learn(&self, mark: RosterMark, doctors: impl IntoIterator<Item = (i64, Option<String>)>) {
+        let mut inner = self.write();
+        if inner.epoch != mark.epoch {
+            return;
+        }
+        let mut specialty_of = HashMap::new();
+        for (doctor_id, specialty) in doctors {
+            let number = specialty.map(|name| {
+                let next = u32::try_from(inner.specialties.len()).unwrap_or(u32::MAX);
+                *inner.specialties.entry(name).or_insert(next)
+            });
+            specialty_of.insert(doctor_id, number);
+        }
+        inner.roster = Roster { specialty_of, new_doctors_at: Some((mark.epoch, mark.new_doctors)) };
     }
 
     /// Whether every one of `stamps` is still current at `now`.
     pub fn all_current(&self, stamps: &[Stamp], now: Instant) -> bool {
-        let inner = self.inner.read().unwrap_or_else(PoisonError::into_inner);
+        let inner = self.read();
         stamps.iter().all(|s| {
             s.epoch == inner.epoch
                 && s.until.is_none_or(|until| now < until)
-                && inner.generations.get(&s.doctor_id).copied().unwrap_or(0) == s.generation
+                && inner.generation(s.watched) == s.generation
         })
     }
 
-    /// The doctor's slots changed: stamps taken before are stale.
+    /// The doctor's slots changed: stamps taken before of it, its specialty (or the new
+    /// doctors, when the roster does not hold it) and everyone are stale.
     pub fn changed(&self, doctor_id: i64) {
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        if inner.generations.len() >= MAX_DOCTORS && !inner.generations.contains_key(&doctor_id) {
-            // Old stamps would match fresh zeros: the new epoch makes them all stale.
-            inner.generations.clear();
-            inner.epoch += 1;
+        let mut inner = self.write();
+        let group = match inner.roster.specialty_of.get(&doctor_id) {
+            Some(Some(number)) => Some(Watched::Specialty(*number)),
+            Some(None) => None,
+            None => Some(Watched::NewDoctors),
+        };
+        inner.bump(Watched::Doctor(doctor_id));
+        inner.bump(Watched::Everyone);
+        if let Some(group) = group {
+            inner.bump(group);
         }
-        *inner.generations.entry(doctor_id).or_insert(0) += 1;
     }
 
     /// Changes may have been missed: every stamp taken so far is stale.
     pub fn drop_all(&self) {
-        self.inner.write().unwrap_or_else(PoisonError::into_inner).epoch += 1;
+        self.write().epoch += 1;
     }
 }
 
@@ -143,6 +255,48 @@ mod tests {
         generations.changed(7);
         assert!(!generations.all_current(&[stamp], now));
         assert!(generations.all_current(&[generations.stamp(7)], now));
+    }
+
+    #[test]
+    fn a_specialty_stamp_is_current_until_one_of_its_doctors_or_a_new_doctor_changes() {
+        let generations = Generations::new();
+        assert!(generations.specialty("cardiology").is_none(), "no roster read yet");
+        let mark = generations.roster_mark();
+        generations.learn(mark, [(1, Some("cardiology".to_owned())), (2, Some("dermatology".to_owned())), (3, None)]);
+        let cardiology = generations.specialty("cardiology").unwrap_or_default();
+        let unknown = generations.specialty("oncology").unwrap_or_default();
+        let everyone = generations.everyone();
+        let now = Instant::now();
+        assert_eq!((cardiology.len(), unknown.len()), (2, 1));
+        generations.changed(2);
+        generations.changed(3);
+        assert!(generations.all_current(&cardiology, now), "other specialties' doctors keep it");
+        assert!(generations.all_current(&unknown, now));
+        assert!(!generations.all_current(&[everyone], now), "everyone's changes with any doctor");
+        generations.changed(1);
+        assert!(!generations.all_current(&cardiology, now));
+        assert!(generations.all_current(&unknown, now));
+
+        let cardiology = generations.specialty("cardiology").unwrap_or_default();
+        generations.changed(4);
+        assert!(!generations.all_current(&cardiology, now), "a doctor the roster lacks may be anyone's");
+        assert!(!generations.all_current(&unknown, now));
+        assert!(generations.specialty("cardiology").is_none(), "the roster is read again first");
+    }
+
+    #[test]
+    fn a_roster_read_across_a_change_it_may_lack_is_read_again() {
+        let generations = Generations::new();
+        let mark = generations.roster_mark();
+        generations.changed(9);
+        generations.learn(mark, [(1, Some("cardiology".to_owned()))]);
+        assert!(generations.specialty("cardiology").is_none());
+        let mark = generations.roster_mark();
+        generations.drop_all();
+        generations.learn(mark, [(1, Some("cardiology".to_owned())), (9, None)]);
+        assert!(generations.specialty("cardiology").is_none(), "learnt in an older epoch");
+        generations.learn(generations.roster_mark(), [(1, Some("cardiology".to_owned())), (9, None)]);
+        assert!(generations.specialty("cardiology").is_some());
     }
 
     #[test]

@@ -483,3 +483,64 @@ async fn bad_values_are_invalid_input_naming_the_field() {
     past["to"] = json!((Utc::now() + chrono::TimeDelta::days(1)).to_rfc3339());
     assert!(find(&app, past, None, None).await.slots.is_empty());
 }
+
+/// The ids of the one page `input` finds, `first` long.
+async fn page_ids(app: &TestApp, input: &Value, first: i32) -> Vec<String> {
+    find(app, input.clone(), Some(first), None).await.slots.iter().map(|s| s.id.to_string()).collect()
+}
+
+#[tokio::test]
+async fn a_repeated_search_sees_every_change_it_depends_on() {
+    // The same request body again may be answered from memory: each change of a slot it covers
+    // (a booking, a cancel, a new doctor of the specialty publishing) must show at once.
+    let (app, _db) = TestApp::spawn().await;
+    let day = day_ahead(2);
+    let a = doctor(&app, "radiology", "UTC").await;
+    let slots = app.publish(&a, &day.to_string(), "09:00", "10:00", 15, 1).await;
+    let other = doctor(&app, "urology", "UTC").await;
+    let theirs = app.publish(&other, &day.to_string(), "08:00", "08:15", 15, 1).await;
+    let window =
+        json!({ "from": midnight(day).to_rfc3339(), "to": (midnight(day) + chrono::TimeDelta::days(1)).to_rfc3339() });
+    let with = |extra: Value| {
+        let mut input = window.clone();
+        input.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        input
+    };
+    let by_specialty = with(json!({ "specialty": "radiology" }));
+    let by_doctor = with(json!({ "doctorIds": [a] }));
+    let everyone = with(json!({}));
+    let one_each = with(json!({ "specialty": "radiology", "onePerDoctor": true }));
+    for _ in 0..2 {
+        assert_eq!(page_ids(&app, &by_specialty, 2).await, slots[0..2]);
+        assert_eq!(page_ids(&app, &by_doctor, 2).await, slots[0..2]);
+        assert_eq!(page_ids(&app, &everyone, 2).await, [theirs[0].clone(), slots[0].clone()]);
+        assert_eq!(page_ids(&app, &one_each, 5).await, slots[0..1]);
+    }
+
+    // A booking of one of its doctors' slots.
+    let booked = app.book(&patient(1), &slots[0], "k1", None).await;
+    let appointment = booked["appointment"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(page_ids(&app, &by_specialty, 2).await, slots[1..3]);
+    assert_eq!(page_ids(&app, &by_doctor, 2).await, slots[1..3]);
+    assert_eq!(page_ids(&app, &everyone, 2).await, [theirs[0].clone(), slots[1].clone()]);
+    assert_eq!(page_ids(&app, &one_each, 5).await, slots[1..2]);
+
+    // Another specialty's booking changes only what covers it.
+    app.book(&patient(2), &theirs[0], "k2", None).await;
+    assert_eq!(page_ids(&app, &everyone, 2).await, slots[1..3]);
+    assert_eq!(page_ids(&app, &by_specialty, 2).await, slots[1..3]);
+
+    // A doctor created since, of the same specialty (spelt otherwise), publishing earlier slots.
+    let b = doctor(&app, "Radiology", "Asia/Tokyo").await;
+    let early = app.publish(&b, &day.to_string(), "16:00", "16:30", 15, 1).await;
+    // 16:00 in Tokyo is 07:00 UTC: before every slot of `a`.
+    assert_eq!(page_ids(&app, &by_specialty, 2).await, early);
+    assert_eq!(page_ids(&app, &one_each, 5).await, [early[0].clone(), slots[1].clone()]);
+    assert_eq!(page_ids(&app, &by_doctor, 2).await, slots[1..3], "doctorIds names a only");
+
+    // A cancel frees the first slot again.
+    app.cancel(&patient(1), &appointment).await;
+    assert_eq!(page_ids(&app, &by_doctor, 2).await, slots[0..2]);
+    assert_eq!(page_ids(&app, &by_specialty, 3).await, [early[0].clone(), early[1].clone(), slots[0].clone()]);
+    assert_eq!(page_ids(&app, &everyone, 3).await, [early[0].clone(), early[1].clone(), slots[0].clone()]);
+}

@@ -1,21 +1,24 @@
-//! Rendered answers of slot-list queries, in process: the JSON text of an `availableSlots`
-//! answer, served again for the same request body without validating, executing or
-//! serialising anything.
+//! Rendered answers of slot reads, in process: the JSON text of an `availableSlots` or
+//! `findSlots` answer, served again for the same request body without validating, executing
+//! or serialising anything.
 //!
 //! A slot list of 40 slots is a few microseconds of data but about a hundred of GraphQL work
 //! (validation, 120 field resolutions, serialisation), which made it the most expensive read
 //! of an opening morning. This cache sits in front of all of that, and in front of the shared
-//! slot-list rows (`guard::SlotCache`), which every instance shares.
+//! slot-list rows (`guard::SlotCache`), which every instance shares. A search's page costs the
+//! same GraphQL work on top of its statement; the same popular searches (a specialty from
+//! today) come over and over.
 //!
 //! **When an answer stops being served.** Each answer depends on one or more doctors' slots;
-//! the reads it is made of took a [`Stamp`] of each doctor's generation first
-//! ([`crate::guard::Generations`], which hears of every change as a `ChangeObserver`). An
-//! answer is served only while all its stamps are current, and not stored when a change came
-//! while it was being made. So an answer is exact while the change notices are, and its life
-//! (`ANSWER_CACHE_TTL_MS`, 30 s) only bounds what nothing reports: a change written to the
-//! database by hand, say. It also ends when its earliest slot starts, and an answer made of rows
-//! from the shared slot-list cache ends with those rows' TTL (`SLOT_CACHE_TTL_MS`): a commit's
-//! delete of them in Redis can be lost. The booking decision never reads either.
+//! the reads it is made of took a [`Stamp`] of each doctor's generation first (a search across
+//! doctors, of its specialty's or everyone's) ([`crate::guard::Generations`], which hears of
+//! every change as a `ChangeObserver`). An answer is served only while all its stamps are
+//! current, and not stored when a change came while it was being made. So an answer is exact
+//! while the change notices are, and its life (`ANSWER_CACHE_TTL_MS`, 30 s) only bounds what
+//! nothing reports: a change written to the database by hand (a doctor's specialty changed in
+//! SQL, say). It also ends when its earliest slot starts, and an answer made of rows from the
+//! shared slot-list cache ends with those rows' TTL (`SLOT_CACHE_TTL_MS`): a commit's delete of
+//! them in Redis can be lost. The booking decision never reads either.
 
 use std::{
     collections::HashMap,
@@ -35,20 +38,23 @@ const MAX_BYTES: usize = 128 * 1024 * 1024;
 /// Largest answer kept.
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
-/// The root field whose answers depend only on one doctor's slots (the doctor's own fields
-/// never change, and `Slot.doctor` is always that doctor).
-const SLOT_LIST_FIELD: &str = "availableSlots";
+/// The root fields whose answers depend only on doctors' slots, each resolver noting the stamps
+/// of what it read (a doctor's own fields never change, and `Slot.doctor` is the slot's doctor):
+/// one doctor's day, and the search across doctors.
+const SLOT_READ_FIELDS: [&str; 2] = ["availableSlots", "findSlots"];
 
-/// Whether the answer to `op` may be kept: a query whose root fields are all `availableSlots`
-/// (or `__typename`), with no directives at the root, so that it is made only of slot lists.
+/// Whether the answer to `op` may be kept: a query whose root fields are all slot reads
+/// (`availableSlots`, `findSlots`) or `__typename`, with no directives at the root, so that it
+/// is made only of slot reads.
 pub fn made_of_slot_lists(op: &OperationDefinition) -> bool {
     let roots = &op.selection_set.node.items;
+    let slot_read = |name: &str| SLOT_READ_FIELDS.contains(&name);
     op.ty == OperationType::Query
         && op.directives.is_empty()
-        && roots.iter().any(|s| matches!(&s.node, Selection::Field(f) if f.node.name.node == SLOT_LIST_FIELD))
+        && roots.iter().any(|s| matches!(&s.node, Selection::Field(f) if slot_read(&f.node.name.node)))
         && roots.iter().all(|s| match &s.node {
             Selection::Field(f) => {
-                f.node.directives.is_empty() && [SLOT_LIST_FIELD, "__typename"].contains(&f.node.name.node.as_str())
+                f.node.directives.is_empty() && (slot_read(&f.node.name.node) || f.node.name.node == "__typename")
             }
             Selection::FragmentSpread(_) | Selection::InlineFragment(_) => false,
         })
@@ -208,6 +214,10 @@ mod tests {
         assert!(!check(list, Some("M")));
         assert!(check("{a:availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id} __typename}", None));
         assert!(!check("{__typename}", None));
+        assert!(check(
+            "{findSlots(input:{from:\"2030-01-01T00:00:00Z\",to:\"2030-01-02T00:00:00Z\"}){edges{cursor}}}",
+            None
+        ));
         assert!(!check("{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id} myAppointments{id}}", None));
         assert!(!check("{availableSlots(doctorId:\"1\",date:\"2030-01-01\") @include(if:true) {id}}", None));
         assert!(!check("{...F} fragment F on Query {availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id}}", None));

@@ -13,8 +13,8 @@
 //!    executor, on a schema that skips the full validation when the shape passed before.
 //! 3. **The executor's answer is completed** where async-graphql departs from the spec
 //!    ([`complete`]), and every error gets its `extensions.code`.
-//! 4. **Slot lists are kept**: an answer made only of slot lists is kept by its request body
-//!    ([`kept`]) until a change of its doctors' slots ([`crate::guard::Generations`], told of
+//! 4. **Slot reads are kept**: an answer made only of slot lists and searches is kept by its
+//!    request body ([`kept`]) until a change of its doctors' slots ([`crate::guard::Generations`], told of
 //!    every change as the other caches are), and [`Pipeline::kept`] serves it again before any
 //!    of the above.
 
