@@ -56,6 +56,8 @@ struct Ctx {
     doctors: Vec<i64>,
     dates: Vec<String>,
     hot: Vec<i64>,
+    /// Slots the seed made (ids 1 to this), booked at random beside searches.
+    seeded_slots: i64,
     nonce: u64,
     seq: AtomicU64,
     in_flight: AtomicUsize,
@@ -110,7 +112,10 @@ impl Ctx {
             }
             Kind::Book => {
                 let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                let s = self.hot[rng.gen_range(0..self.hot.len())];
+                let s = match self.hot.is_empty() {
+                    true => rng.gen_range(1..=self.seeded_slots.max(1)),
+                    false => self.hot[rng.gen_range(0..self.hot.len())],
+                };
                 let patient = self.nonce * 1_000_000_000 + seq;
                 json!({ "query": BOOK_MUTATION, "variables": {
                     "s": s.to_string(), "k": format!("lt-{}-{seq}", self.nonce), "p": patient.to_string() } })
@@ -286,6 +291,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
             doctors: manifest.doctors.clone(),
             dates: manifest.dates.clone(),
             hot,
+            seeded_slots: manifest.slots,
             nonce,
             seq: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -364,6 +370,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let model = if let Some(connections) = args.connections {
         let deadline = start + duration;
         let mut workers = Vec::new();
+        if searches && args.book_rate > 0.0 {
+            let bookings = open_loop(Arc::clone(&ctx), Scenario::Success, args.book_rate, start, duration, pick);
+            workers.push(tokio::spawn(bookings));
+        }
         for w in 0..connections {
             let ctx = Arc::clone(&ctx);
             let scenario = args.scenario;
@@ -379,7 +389,10 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
         for w in workers {
             w.await?;
         }
-        format!("closed, {connections} connections")
+        match searches && args.book_rate > 0.0 {
+            true => format!("closed, {connections} connections + {}/s bookings of seeded slots", args.book_rate),
+            false => format!("closed, {connections} connections"),
+        }
     } else {
         let rate = args.rate.context("give --rate (open model) or --connections (closed model)")?;
         let mut loops = vec![tokio::spawn(open_loop(Arc::clone(&ctx), args.scenario, rate, start, duration, pick))];

@@ -118,6 +118,11 @@ pub(crate) struct RunArgs {
     /// and the server's pool warm, as before a real opening).
     #[arg(long, default_value_t = 0)]
     pub(crate) warmup: u64,
+    /// Closed-model searches (find-slots, find-worst, find-one): beside them, this many bookings
+    /// a second (open model) of random seeded slots, for new patients, so that answers the
+    /// server keeps go stale as on a busy day (each booking ends its doctor's specialty's).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) book_rate: f64,
     /// Print p99 and max latency for each second of the run.
     #[arg(long)]
     pub(crate) timeline: bool,

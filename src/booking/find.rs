@@ -10,9 +10,10 @@
 //!
 //! Read straight from the database at every request. A page carries the [`Stamp`]s of what it
 //! depends on, taken before its reads: each listed doctor's, or the specialty's (with the new
-//! doctors'), or everyone's; and they end when the earliest slot read starts (time passing can
-//! change a page only by a slot starting). The GraphQL answer made of it is kept while they are
-//! current, as a slot list's is.
+//! doctors'), or everyone's, the last two only for the days up to the last row the page read
+//! when it stopped short of the window's end; and they end when the earliest slot read starts
+//! (time passing can change a page only by a slot starting). The GraphQL answer made of it is
+//! kept while they are current, as a slot list's is.
 
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ use crate::{
         slots,
     },
     error::{Field, ServiceError},
-    guard::Stamp,
+    guard::{generations::day_of, Stamp},
     model::DayRange,
 };
 
@@ -92,14 +93,20 @@ pub struct FoundSlots {
     pub stamps: Vec<Stamp>,
 }
 
-/// The earliest start among rows read so far: the page is right until it comes.
+/// What a page's reads covered.
 #[derive(Default)]
-struct Earliest(Option<DateTime<Utc>>);
+struct Reads {
+    /// The earliest start read: the page is right until it comes.
+    earliest: Option<DateTime<Utc>>,
+    /// The last start the page depends on, when its reads stopped short of the window's end
+    /// (`None`: the whole window).
+    through: Option<DateTime<Utc>>,
+}
 
-impl Earliest {
+impl Reads {
     fn saw(&mut self, rows: &[time_slot::Model]) {
         if let Some(first) = rows.iter().map(|s| s.start_at).min() {
-            self.0 = Some(self.0.map_or(first, |e| e.min(first)));
+            self.earliest = Some(self.earliest.map_or(first, |e| e.min(first)));
         }
     }
 }
@@ -204,7 +211,7 @@ impl BookingService {
         }
         let conn = self.db.conn();
         let mut stamps = self.stamps(&search).await?;
-        let mut earliest = Earliest::default();
+        let mut reads = Reads::default();
         // The specialty's own index answers a specialty alone without its list of doctors.
         let indexed = match (&search.specialty, &search.doctor_ids) {
             (Some(s), None) if !search.one_per_doctor => db::find::IndexedSpecialty::on(&self.db, s),
@@ -221,7 +228,7 @@ impl BookingService {
                 Some(list) => list,
                 None => db::find::doctors(conn, None, None).await?,
             };
-            let mut firsts = self.first_per_doctor(&search, &doctors, now, &mut earliest).await?;
+            let mut firsts = self.first_per_doctor(&search, &doctors, now, &mut reads).await?;
             firsts.sort_unstable_by_key(SlotPosition::of);
             firsts.retain(|s| after.is_none_or(|a| SlotPosition::of(s) > a));
             FoundSlots { has_next: firsts.len() > search.first, slots: firsts, stamps: Vec::new() }
@@ -231,10 +238,13 @@ impl BookingService {
                 (None, Some(list)) => Scope::Doctors(list),
                 (None, None) => Scope::Everyone,
             };
-            self.merged_page(&search, scope, after, now, &mut earliest).await?
+            self.merged_page(&search, scope, after, now, &mut reads).await?
         };
         found.slots.truncate(search.first);
-        if let Some(first) = earliest.0 {
+        if let Some(through) = reads.through {
+            stamps.retain(|s| s.day().is_none_or(|day| day <= day_of(through)));
+        }
+        if let Some(first) = reads.earliest {
             stamps.iter_mut().for_each(|s| s.expire_at(first));
         }
         found.stamps = stamps;
@@ -242,15 +252,18 @@ impl BookingService {
     }
 
     /// The stamps of everything a search's page depends on, to take before reading it: the
-    /// listed doctors', the specialty's (with the doctors the roster lacks), or everyone's.
-    /// Empty when the roster changed each time it was read.
+    /// listed doctors', the specialty's (with the doctors the roster lacks), or everyone's, for
+    /// every day a slot it reads may start on. Empty when the roster changed each time it was
+    /// read.
     async fn stamps(&self, search: &Search) -> Result<Vec<Stamp>, ServiceError> {
         let generations = &self.guard.generations;
         if let Some(ids) = &search.doctor_ids {
             return Ok(ids.iter().map(|&id| generations.stamp(id)).collect());
         }
+        let last = search.criteria.to + search.duration.unwrap_or_default();
+        let days = day_of(search.criteria.from)..=day_of(last);
         let Some(specialty) = &search.specialty else {
-            return Ok(vec![generations.everyone()]);
+            return Ok(generations.everyone(days));
         };
         let conn = self.db.conn();
         let folds = &self.folded_specialties.0;
@@ -263,7 +276,7 @@ impl BookingService {
             }
         };
         for _ in 0..2 {
-            if let Some(stamps) = generations.specialty(&folded) {
+            if let Some(stamps) = generations.specialty(&folded, days.clone()) {
                 return Ok(stamps);
             }
             let mark = generations.roster_mark();
@@ -280,13 +293,16 @@ impl BookingService {
         scope: Scope<'_>,
         after: Option<SlotPosition>,
         now: DateTime<Utc>,
-        earliest: &mut Earliest,
+        reads: &mut Reads,
     ) -> Result<FoundSlots, ServiceError> {
         let want = search.first + 1;
         let page = |has_next, slots| FoundSlots { slots, has_next, stamps: Vec::new() };
         let Some(length) = search.duration else {
             let slots = db::find::merged(&self.db, &search.criteria, scope, after, want as u64).await?;
-            earliest.saw(&slots);
+            reads.saw(&slots);
+            if slots.len() >= want {
+                reads.through = slots.last().map(|s| s.start_at);
+            }
             return Ok(page(slots.len() > search.first, slots));
         };
         // With a duration, candidates whose run is not bookable drop out: read on in growing
@@ -297,17 +313,21 @@ impl BookingService {
         let mut examined = 0;
         loop {
             let rows = db::find::merged(&self.db, &search.criteria, scope, pos, batch as u64).await?;
-            earliest.saw(&rows);
+            reads.saw(&rows);
             let exhausted = rows.len() < batch;
             examined += rows.len();
             if let Some(last) = rows.last() {
                 pos = Some(SlotPosition::of(last));
             }
             out.extend(self.with_runs(rows, length, now).await?);
+            // Past here the page read nothing: what it depends on ends with the last run read.
+            let through = pos.map(|p| p.start_at + length);
             if out.len() >= want {
+                reads.through = through;
                 return Ok(page(true, out));
             }
             if exhausted || examined >= MAX_EXAMINED {
+                reads.through = through.filter(|_| !exhausted);
                 return Ok(page(!exhausted, out));
             }
             batch = (batch * 2).min(1000);
@@ -320,12 +340,12 @@ impl BookingService {
         search: &Search,
         doctors: &[DoctorZone],
         now: DateTime<Utc>,
-        earliest: &mut Earliest,
+        reads: &mut Reads,
     ) -> Result<Vec<time_slot::Model>, ServiceError> {
         let Some(length) = search.duration else {
             let firsts: Vec<_> = doctors.iter().map(|d| (d.clone(), None)).collect();
             let rows = db::find::per_doctor(&self.db, &search.criteria, &firsts, 1, None).await?;
-            earliest.saw(&rows);
+            reads.saw(&rows);
             return Ok(rows);
         };
         // With a duration: a few candidates per doctor at a time, until each doctor has a start
@@ -336,7 +356,7 @@ impl BookingService {
         let mut examined = 0;
         while !pending.is_empty() && examined < MAX_EXAMINED {
             let rows = db::find::per_doctor(&self.db, &search.criteria, &pending, k as u64, None).await?;
-            earliest.saw(&rows);
+            reads.saw(&rows);
             examined += rows.len();
             // Per doctor: how many candidates came, and the last one (where it reads on).
             let mut read: std::collections::HashMap<i64, (usize, (DateTime<Utc>, i64))> = Default::default();

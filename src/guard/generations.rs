@@ -18,6 +18,11 @@
 //! when a specialty's stamp is first asked for. A change of a doctor the roster does not hold
 //! (one created since) bumps the new doctors' counter, which every specialty stamp also watches;
 //! the next specialty stamp then waits for the roster to be read again.
+//!
+//! A specialty's and everyone's counters are kept per UTC day of the changed slot's start, beside
+//! one for changes that name no time (a published schedule): a search's page depends only on the
+//! days up to its last row, so a booking on a later day leaves it current. On a busy day most
+//! bookings fall on other days than a popular search's first.
 
 use std::{
     collections::HashMap,
@@ -37,12 +42,18 @@ const MAX_COUNTERS: usize = 1_000_000;
 enum Watched {
     /// One doctor's slots.
     Doctor(i64),
-    /// The slots of the doctors of one specialty (by its number in the roster).
-    Specialty(u32),
+    /// The slots of the doctors of one specialty (by its number in the roster) starting on a UTC
+    /// day ([`day_of`]); `None`: changes that name no time.
+    Specialty(u32, Option<i64>),
     /// The slots of doctors the roster does not hold.
     NewDoctors,
-    /// Anyone's slots.
-    Everyone,
+    /// Anyone's slots starting on a UTC day; `None`: changes that name no time.
+    Everyone(Option<i64>),
+}
+
+/// The UTC day `t` falls on, as days since 1970-01-01: the unit of the per-day counters.
+pub fn day_of(t: DateTime<Utc>) -> i64 {
+    t.timestamp().div_euclid(86_400)
 }
 
 /// A counter's value when a read that depends on it was about to start.
@@ -73,6 +84,14 @@ impl Stamp {
     /// When what was read stops being right whatever happens, if ever.
     pub fn until(&self) -> Option<Instant> {
         self.until
+    }
+
+    /// The UTC day whose changes alone this stamp watches ([`day_of`]), if it watches one.
+    pub fn day(&self) -> Option<i64> {
+        match self.watched {
+            Watched::Specialty(_, day) | Watched::Everyone(day) => day,
+            Watched::Doctor(_) | Watched::NewDoctors => None,
+        }
     }
 }
 
@@ -150,14 +169,16 @@ impl Generations {
         self.read().stamp(Watched::Doctor(doctor_id))
     }
 
-    /// Anyone's slots' generation, to take before reading slots of every doctor.
-    pub fn everyone(&self) -> Stamp {
-        self.read().stamp(Watched::Everyone)
+    /// The stamps to take before reading anyone's slots starting on the UTC `days`.
+    pub fn everyone(&self, days: std::ops::RangeInclusive<i64>) -> Vec<Stamp> {
+        let inner = self.read();
+        std::iter::once(None).chain(days.map(Some)).map(|day| inner.stamp(Watched::Everyone(day))).collect()
     }
 
-    /// The stamps to take before reading the slots of the doctors of `specialty` (folded as the
-    /// database folds it), or `None` when the roster must be read first ([`Self::learn`]).
-    pub fn specialty(&self, specialty: &str) -> Option<Vec<Stamp>> {
+    /// The stamps to take before reading the slots starting on the UTC `days` of the doctors of
+    /// `specialty` (folded as the database folds it), or `None` when the roster must be read
+    /// first ([`Self::learn`]).
+    pub fn specialty(&self, specialty: &str, days: std::ops::RangeInclusive<i64>) -> Option<Vec<Stamp>> {
         let inner = self.read();
         let current = (inner.epoch, inner.generation(Watched::NewDoctors));
         if inner.roster.new_doctors_at != Some(current) {
@@ -166,7 +187,8 @@ impl Generations {
         let mut stamps = vec![inner.stamp(Watched::NewDoctors)];
         // A name no doctor had when the roster was read: only a new doctor can bring it.
         if let Some(&number) = inner.specialties.get(specialty) {
-            stamps.push(inner.stamp(Watched::Specialty(number)));
+            let days = std::iter::once(None).chain(days.map(Some));
+            stamps.extend(days.map(|day| inner.stamp(Watched::Specialty(number, day))));
         }
         Some(stamps)
     }
@@ -204,17 +226,28 @@ impl Generations {
         })
     }
 
-    /// The doctor's slots changed: stamps taken before of it, its specialty (or the new
-    /// doctors, when the roster does not hold it) and everyone are stale.
+    /// Some of the doctor's slots changed (no time named: a published schedule): stamps taken
+    /// before of it, its specialty (or the new doctors, when the roster does not hold it) and
+    /// everyone are stale, whatever their day.
     pub fn changed(&self, doctor_id: i64) {
+        self.changed_on(doctor_id, None);
+    }
+
+    /// A slot of the doctor starting at `start` changed: as [`Self::changed`], except that the
+    /// specialty's and everyone's stamps of other days stay current.
+    pub fn slot_changed(&self, doctor_id: i64, start: DateTime<Utc>) {
+        self.changed_on(doctor_id, Some(day_of(start)));
+    }
+
+    fn changed_on(&self, doctor_id: i64, day: Option<i64>) {
         let mut inner = self.write();
         let group = match inner.roster.specialty_of.get(&doctor_id) {
-            Some(Some(number)) => Some(Watched::Specialty(*number)),
+            Some(Some(number)) => Some(Watched::Specialty(*number, day)),
             Some(None) => None,
             None => Some(Watched::NewDoctors),
         };
         inner.bump(Watched::Doctor(doctor_id));
-        inner.bump(Watched::Everyone);
+        inner.bump(Watched::Everyone(day));
         if let Some(group) = group {
             inner.bump(group);
         }
@@ -228,7 +261,7 @@ impl Generations {
 
 impl ChangeObserver for Generations {
     fn changed(&self, change: &SlotChange) {
-        Generations::changed(self, change.doctor_id);
+        self.slot_changed(change.doctor_id, change.start_at);
     }
 
     fn published(&self, doctor_id: i64) {
@@ -260,28 +293,29 @@ mod tests {
     #[test]
     fn a_specialty_stamp_is_current_until_one_of_its_doctors_or_a_new_doctor_changes() {
         let generations = Generations::new();
-        assert!(generations.specialty("cardiology").is_none(), "no roster read yet");
+        let days = || 0..=0;
+        assert!(generations.specialty("cardiology", days()).is_none(), "no roster read yet");
         let mark = generations.roster_mark();
         generations.learn(mark, [(1, Some("cardiology".to_owned())), (2, Some("dermatology".to_owned())), (3, None)]);
-        let cardiology = generations.specialty("cardiology").unwrap_or_default();
-        let unknown = generations.specialty("oncology").unwrap_or_default();
-        let everyone = generations.everyone();
+        let cardiology = generations.specialty("cardiology", days()).unwrap_or_default();
+        let unknown = generations.specialty("oncology", days()).unwrap_or_default();
+        let everyone = generations.everyone(days());
         let now = Instant::now();
-        assert_eq!((cardiology.len(), unknown.len()), (2, 1));
+        assert_eq!((cardiology.len(), unknown.len()), (3, 1));
         generations.changed(2);
         generations.changed(3);
         assert!(generations.all_current(&cardiology, now), "other specialties' doctors keep it");
         assert!(generations.all_current(&unknown, now));
-        assert!(!generations.all_current(&[everyone], now), "everyone's changes with any doctor");
+        assert!(!generations.all_current(&everyone, now), "everyone's changes with any doctor");
         generations.changed(1);
         assert!(!generations.all_current(&cardiology, now));
         assert!(generations.all_current(&unknown, now));
 
-        let cardiology = generations.specialty("cardiology").unwrap_or_default();
+        let cardiology = generations.specialty("cardiology", days()).unwrap_or_default();
         generations.changed(4);
         assert!(!generations.all_current(&cardiology, now), "a doctor the roster lacks may be anyone's");
         assert!(!generations.all_current(&unknown, now));
-        assert!(generations.specialty("cardiology").is_none(), "the roster is read again first");
+        assert!(generations.specialty("cardiology", days()).is_none(), "the roster is read again first");
     }
 
     #[test]
@@ -290,13 +324,36 @@ mod tests {
         let mark = generations.roster_mark();
         generations.changed(9);
         generations.learn(mark, [(1, Some("cardiology".to_owned()))]);
-        assert!(generations.specialty("cardiology").is_none());
+        assert!(generations.specialty("cardiology", 0..=0).is_none());
         let mark = generations.roster_mark();
         generations.drop_all();
         generations.learn(mark, [(1, Some("cardiology".to_owned())), (9, None)]);
-        assert!(generations.specialty("cardiology").is_none(), "learnt in an older epoch");
+        assert!(generations.specialty("cardiology", 0..=0).is_none(), "learnt in an older epoch");
         generations.learn(generations.roster_mark(), [(1, Some("cardiology".to_owned())), (9, None)]);
-        assert!(generations.specialty("cardiology").is_some());
+        assert!(generations.specialty("cardiology", 0..=0).is_some());
+    }
+
+    #[test]
+    fn a_slot_change_leaves_other_days_stamps_current() {
+        let generations = Generations::new();
+        generations.learn(generations.roster_mark(), [(1, Some("cardiology".to_owned()))]);
+        let day = |d: u32| chrono::NaiveDate::from_ymd_opt(2030, 1, d).and_then(|d| d.and_hms_opt(12, 0, 0));
+        let at = |d: u32| day(d).map(|t| t.and_utc()).unwrap_or_default();
+        let (first, second) = (day_of(at(7)), day_of(at(8)));
+        assert_eq!(second, first + 1);
+        let both = generations.specialty("cardiology", first..=second).unwrap_or_default();
+        let mut only_first = both.clone();
+        only_first.retain(|s| s.day().is_none_or(|d| d <= first));
+        let everyone = generations.everyone(first..=first);
+        let doctor = generations.stamp(1);
+        let now = Instant::now();
+        generations.slot_changed(1, at(8));
+        assert!(generations.all_current(&only_first, now) && generations.all_current(&everyone, now));
+        assert!(!generations.all_current(&both, now));
+        assert!(!generations.all_current(&[doctor], now), "a doctor's stamp covers every day");
+        generations.changed(1);
+        assert!(!generations.all_current(&only_first, now), "a change naming no time covers every day");
+        assert!(!generations.all_current(&everyone, now));
     }
 
     #[test]

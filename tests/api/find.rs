@@ -543,4 +543,17 @@ async fn a_repeated_search_sees_every_change_it_depends_on() {
     assert_eq!(page_ids(&app, &by_doctor, 2).await, slots[0..2]);
     assert_eq!(page_ids(&app, &by_specialty, 3).await, [early[0].clone(), early[1].clone(), slots[0].clone()]);
     assert_eq!(page_ids(&app, &everyone, 3).await, [early[0].clone(), early[1].clone(), slots[0].clone()]);
+
+    // Over two days: a page that reads into the second sees a booking there at once; one that
+    // stopped on the first is unchanged by it.
+    let next_day = app.publish(&a, &(day + Days::new(1)).to_string(), "09:00", "09:30", 15, 1).await;
+    let to = midnight(day) + chrono::TimeDelta::days(2);
+    let two_days = json!({ "from": midnight(day).to_rfc3339(), "to": to.to_rfc3339(), "specialty": "radiology" });
+    let whole = page_ids(&app, &two_days, 50).await;
+    assert!(whole.ends_with(&next_day), "{whole:?}");
+    let short = page_ids(&app, &two_days, 2).await;
+    app.book(&patient(3), &next_day[0], "k3", None).await;
+    assert_eq!(page_ids(&app, &two_days, 2).await, short);
+    let whole_now = page_ids(&app, &two_days, 50).await;
+    assert_eq!(whole_now, whole.iter().filter(|id| **id != next_day[0]).cloned().collect::<Vec<_>>());
 }
