@@ -229,6 +229,12 @@ impl BookingService {
                 None => db::find::doctors(conn, None, None).await?,
             };
             let mut firsts = self.first_per_doctor(&search, &doctors, now, &mut reads).await?;
+            // With a first for every doctor, no change after the latest (and its run) can make one
+            // earlier or take one away: the page depends on nothing later.
+            if firsts.len() == doctors.len() {
+                let latest = firsts.iter().map(|s| s.start_at).max();
+                reads.through = latest.map(|t| t + search.duration.unwrap_or_default());
+            }
             firsts.sort_unstable_by_key(SlotPosition::of);
             firsts.retain(|s| after.is_none_or(|a| SlotPosition::of(s) > a));
             FoundSlots { has_next: firsts.len() > search.first, slots: firsts, stamps: Vec::new() }

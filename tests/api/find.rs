@@ -556,4 +556,12 @@ async fn a_repeated_search_sees_every_change_it_depends_on() {
     assert_eq!(page_ids(&app, &two_days, 2).await, short);
     let whole_now = page_ids(&app, &two_days, 50).await;
     assert_eq!(whole_now, whole.iter().filter(|id| **id != next_day[0]).cloned().collect::<Vec<_>>());
+    // Each doctor's first, one of them only on the second day: taking it shows at once.
+    let c = doctor(&app, "radiology", "UTC").await;
+    let only = app.publish(&c, &(day + Days::new(1)).to_string(), "12:00", "12:15", 15, 1).await;
+    let mut firsts = two_days.clone();
+    firsts["onePerDoctor"] = json!(true);
+    assert_eq!(page_ids(&app, &firsts, 5).await, [early[0].clone(), slots[0].clone(), only[0].clone()]);
+    app.book(&patient(4), &only[0], "k4", None).await;
+    assert_eq!(page_ids(&app, &firsts, 5).await, [early[0].clone(), slots[0].clone()]);
 }
