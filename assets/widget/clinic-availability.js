@@ -192,7 +192,9 @@ function specialtySource(el, gql) {
       return { title: specialty, when: TEXT.next(days), none: TEXT.noneIn(days) };
     },
     async list() {
-      const from = new Date();
+      // Whole minutes: every page showing the specialty within a minute sends the same request,
+      // which the service answers from memory (a past `from` counts as now).
+      const from = new Date(Math.floor(Date.now() / 60_000) * 60_000);
       const to = new Date(from.getTime() + days * 86_400_000);
       const max = Number(attr(el, 'max') ?? 20);
       const first = Number.isInteger(max) && max > 0 ? Math.min(max, 100) : 20;

@@ -8,7 +8,7 @@
 //! doctor id, then slot id; a page starts strictly after a [`SlotPosition`] in that order, so
 //! paging never repeats a slot and never skips one that matched throughout.
 //!
-//! Read straight from the database at every request. A page carries the [`Stamp`]s of what it
+//! Read straight from the database at every call. A page carries the [`Stamp`]s of what it
 //! depends on, taken before its reads: each listed doctor's, or the specialty's (with the new
 //! doctors'), or everyone's, the last two only for the days up to the last row the page read
 //! when it stopped short of the window's end; and they end when the earliest slot read starts
