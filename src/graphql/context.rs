@@ -18,7 +18,7 @@ pub struct RequestContext {
     pub principal: Principal,
     /// The request id (also in the `x-request-id` response header).
     pub request_id: String,
-    /// The slot lists the answer is made of, for keeping it (`answer::kept`).
+    /// The slot reads (lists and searches) the answer is made of, for keeping it (`answer::kept`).
     pub stamps: AnswerStamps,
 }
 
@@ -29,8 +29,8 @@ impl RequestContext {
     }
 }
 
-/// The stamps of the slot lists read by one request (shared with the HTTP layer, which reads
-/// them once the answer is made).
+/// The stamps of the slot reads (lists and searches) of one request (shared with the HTTP
+/// layer, which reads them once the answer is made).
 #[derive(Clone, Debug, Default)]
 pub struct AnswerStamps(Arc<Mutex<Vec<Stamp>>>);
 

@@ -26,6 +26,7 @@
 
 use std::{
     collections::HashMap,
+    ops::RangeInclusive,
     sync::{PoisonError, RwLock},
     time::{Duration, Instant},
 };
@@ -131,6 +132,11 @@ impl Inner {
         Stamp { watched, generation: self.generation(watched), epoch: self.epoch, until: None }
     }
 
+    /// The stamps of a counter kept per day: the one for changes naming no time, then `days`'.
+    fn by_day(&self, watched: impl Fn(Option<i64>) -> Watched, days: RangeInclusive<i64>) -> Vec<Stamp> {
+        std::iter::once(None).chain(days.map(Some)).map(|day| self.stamp(watched(day))).collect()
+    }
+
     fn bump(&mut self, watched: Watched) {
         if self.generations.len() >= MAX_COUNTERS && !self.generations.contains_key(&watched) {
             // Old stamps would match fresh zeros: the new epoch makes them all stale, and the
@@ -170,15 +176,14 @@ impl Generations {
     }
 
     /// The stamps to take before reading anyone's slots starting on the UTC `days`.
-    pub fn everyone(&self, days: std::ops::RangeInclusive<i64>) -> Vec<Stamp> {
-        let inner = self.read();
-        std::iter::once(None).chain(days.map(Some)).map(|day| inner.stamp(Watched::Everyone(day))).collect()
+    pub fn everyone(&self, days: RangeInclusive<i64>) -> Vec<Stamp> {
+        self.read().by_day(Watched::Everyone, days)
     }
 
     /// The stamps to take before reading the slots starting on the UTC `days` of the doctors of
     /// `specialty` (folded as the database folds it), or `None` when the roster must be read
     /// first ([`Self::learn`]).
-    pub fn specialty(&self, specialty: &str, days: std::ops::RangeInclusive<i64>) -> Option<Vec<Stamp>> {
+    pub fn specialty(&self, specialty: &str, days: RangeInclusive<i64>) -> Option<Vec<Stamp>> {
         let inner = self.read();
         let current = (inner.epoch, inner.generation(Watched::NewDoctors));
         if inner.roster.new_doctors_at != Some(current) {
@@ -187,8 +192,7 @@ impl Generations {
         let mut stamps = vec![inner.stamp(Watched::NewDoctors)];
         // A name no doctor had when the roster was read: only a new doctor can bring it.
         if let Some(&number) = inner.specialties.get(specialty) {
-            let days = std::iter::once(None).chain(days.map(Some));
-            stamps.extend(days.map(|day| inner.stamp(Watched::Specialty(number, day))));
+            stamps.extend(inner.by_day(|day| Watched::Specialty(number, day), days));
         }
         Some(stamps)
     }

@@ -92,7 +92,7 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     Box::pin(execute(&state, &headers, requests, batched, answer_key, media)).await
 }
 
-/// The kept answer to a request with exactly this body (slot lists: see
+/// The kept answer to a request with exactly this body (slot lists and searches: see
 /// [`Pipeline::kept`]), if any. A request with a bad token is left to the usual path, which
 /// refuses it.
 fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
@@ -208,7 +208,7 @@ fn request_id(headers: &HeaderMap) -> String {
 
 /// Runs the operations (several: a batch) through the answer pipeline and answers. `answer_key`,
 /// the body of a single POST operation, is where its answer is kept when it is made only of
-/// slot lists.
+/// slot reads (lists and searches).
 async fn execute(
     state: &AppState,
     headers: &HeaderMap,
@@ -232,7 +232,7 @@ async fn execute(
     let mut bodies = Vec::with_capacity(requests.len());
     let mut status = StatusCode::OK;
     let mut retry_after = None;
-    // The stamps and operation name of an answer to keep (a single POST of slot lists).
+    // The stamps and operation name of an answer to keep (a single POST of slot reads).
     let mut keep = None;
     for request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());

@@ -46,7 +46,7 @@ const SLOT_READ_FIELDS: [&str; 2] = ["availableSlots", "findSlots"];
 /// Whether the answer to `op` may be kept: a query whose root fields are all slot reads
 /// (`availableSlots`, `findSlots`) or `__typename`, with no directives at the root, so that it
 /// is made only of slot reads.
-pub fn made_of_slot_lists(op: &OperationDefinition) -> bool {
+pub fn made_of_slot_reads(op: &OperationDefinition) -> bool {
     let roots = &op.selection_set.node.items;
     let slot_read = |name: &str| SLOT_READ_FIELDS.contains(&name);
     op.ty == OperationType::Query
@@ -203,7 +203,7 @@ mod tests {
     }
 
     fn check(query: &str, name: Option<&str>) -> bool {
-        parse_query(query).is_ok_and(|doc| crate::graphql::chosen_operation(&doc, name).is_some_and(made_of_slot_lists))
+        parse_query(query).is_ok_and(|doc| crate::graphql::chosen_operation(&doc, name).is_some_and(made_of_slot_reads))
     }
 
     #[test]

@@ -33,7 +33,7 @@ use chrono::NaiveDate;
 use tracing::Instrument;
 
 pub use book::BookPlan;
-pub use kept::made_of_slot_lists;
+pub use kept::made_of_slot_reads;
 pub use list::ListPlan;
 
 use super::{
@@ -69,7 +69,7 @@ pub struct Answered {
     /// True when nothing ran: the request was refused as a whole (it does not parse or
     /// validate, or it is over a limit).
     pub refused: bool,
-    /// The reads an answer made only of slot lists was made of, when it may be kept.
+    /// The reads an answer made only of slot reads (lists and searches) was made of, when it may be kept.
     pub keep: Option<Vec<Stamp>>,
 }
 
@@ -153,7 +153,7 @@ impl Pipeline {
         let document = documents::document(&request.query);
         let name = request.operation_name.as_deref();
         let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
-        let keepable = keepable && op.is_some_and(made_of_slot_lists);
+        let keepable = keepable && op.is_some_and(made_of_slot_reads);
         let shape = op.and_then(|op| shape::shape(name, op, &request.variables));
         let validated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
         let run = Run { principal, request_id, document: document.as_deref(), validated, span };
@@ -194,7 +194,7 @@ impl Pipeline {
         Answered { response: with_request_codes(response), refused, keep }
     }
 
-    /// Runs a request on the executor, noting the slot lists its resolvers read.
+    /// Runs a request on the executor, noting the slot reads of its resolvers.
     async fn execute(&self, mut request: Request, run: Run<'_>) -> (Response, AnswerStamps) {
         if let Some(d) = run.document {
             request.set_parsed_query(d.doc.clone());
