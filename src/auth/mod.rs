@@ -85,11 +85,6 @@ impl Caller {
         scope(self.role, &self.sub)
     }
 
-    /// True when the caller may act as (or on behalf of) any patient.
-    pub fn acts_for_others(&self) -> bool {
-        matches!(self.role, Role::Admin | Role::Partner)
-    }
-
     /// True when the caller may manage `doctor_id`'s schedule.
     pub fn manages_doctor(&self, doctor_id: i64) -> bool {
         self.role == Role::Admin || (self.role == Role::Doctor && self.doctor_id == Some(doctor_id))

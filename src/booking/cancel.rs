@@ -5,7 +5,7 @@ use chrono::Utc;
 
 use super::{cancelled_by, changes::Changes, input::parse_id, read, retrying, BookingService};
 use crate::{
-    auth::{Caller, Role},
+    auth::Caller,
     db::{
         appointments::{self, AppointmentRecord},
         entity::appointment,
@@ -33,9 +33,7 @@ impl BookingService {
     }
 
     async fn cancel_here(&self, caller: &Caller, raw_id: &str) -> Outcome<Cancelled> {
-        if caller.role == Role::Doctor {
-            return Err(ServiceError::Forbidden("doctors cannot cancel appointments".into()));
-        }
+        super::not_a_doctor(caller, "cancel appointments")?;
         let record = match self.changeable(caller, raw_id, Field::Id.as_param()).await? {
             Ok(r) => r,
             Err(refusal) => return Ok(Err(refusal)),

@@ -8,7 +8,7 @@ use super::{changes::Changes, retrying, BookingService};
 use crate::{
     auth::Caller,
     db::{appointments, entity::appointment, micros, waitlist, StoreError},
-    error::{Field, Outcome, Refusal, ServiceError},
+    error::{Field, Outcome, Refusal},
     model::{AppointmentEvent, AppointmentStatus, WaitlistStatus},
 };
 
@@ -30,9 +30,7 @@ impl BookingService {
     }
 
     async fn confirm_here(&self, caller: &Caller, raw_id: &str) -> Outcome<Confirmed> {
-        if caller.role == crate::auth::Role::Doctor {
-            return Err(ServiceError::Forbidden("doctors cannot confirm appointments".into()));
-        }
+        super::not_a_doctor(caller, "confirm appointments")?;
         let record = match self.changeable(caller, raw_id, Field::Id.as_param()).await? {
             Ok(r) => r,
             Err(refusal) => return Ok(Err(refusal)),

@@ -219,17 +219,18 @@ impl BookingService {
 /// The patient a request by `caller` acts for, by the booking roles: a patient for itself
 /// (naming its own id is allowed, another's is `FORBIDDEN`); partners and admins must name one
 /// (the request's [`Field::PatientId`]; `INVALID_INPUT` otherwise); doctors may not
-/// (`FORBIDDEN`). `what` completes "doctors cannot …".
+/// (`FORBIDDEN`, see [`not_a_doctor`]). `what` completes "doctors cannot …". The one rule of who
+/// a request acts for: bookings, holds, waitlist entries and contact details all follow it.
 pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Result<Result<i64, Refusal>, ServiceError> {
     let field = Field::PatientId.in_request();
     match caller.role {
-        Role::Doctor => Err(ServiceError::Forbidden(format!("doctors cannot {what}"))),
+        Role::Doctor => Err(doctors_cannot(what)),
         Role::Patient => {
             let own = caller.patient_id.ok_or(ServiceError::Unauthenticated)?;
             match raw.map(|raw| input::parse_id("patientId", raw)) {
                 None => Ok(Ok(own)),
                 Some(Ok(id)) if id == own => Ok(Ok(own)),
-                Some(Ok(_)) => Err(ServiceError::Forbidden("patients act for themselves only".into())),
+                Some(Ok(_)) => Err(ServiceError::Forbidden(format!("patients {what} for themselves only"))),
                 Some(Err(msg)) => Ok(Err(Refusal::invalid(field, msg))),
             }
         }
@@ -238,6 +239,20 @@ pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Resu
             Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(field, msg))),
         },
     }
+}
+
+/// Refuses a doctor what only the patient's side does (booking, holding, confirming,
+/// cancelling, rescheduling, joining a waitlist, a patient's contact details): the clinic acts
+/// on a doctor's appointments through its admins. `what` completes "doctors cannot …".
+pub(crate) fn not_a_doctor(caller: &Caller, what: &str) -> Result<(), ServiceError> {
+    match caller.role {
+        Role::Doctor => Err(doctors_cannot(what)),
+        Role::Patient | Role::Partner | Role::Admin => Ok(()),
+    }
+}
+
+fn doctors_cannot(what: &str) -> ServiceError {
+    ServiceError::Forbidden(format!("doctors cannot {what}"))
 }
 
 /// Who a cancel (or a reschedule) by `caller` is attributed to.

@@ -164,6 +164,12 @@ impl BookingService {
         Ok(SlotList::new(starts, stamp))
     }
 
+    /// The stamp to take before reading any of the doctor's slots, so that what is made of the
+    /// read (a kept answer) is known stale after the doctor's next change.
+    pub fn slots_stamp(&self, doctor_id: i64) -> Stamp {
+        self.guard.generations.stamp(doctor_id)
+    }
+
     /// One appointment, if the caller may see it (`None` otherwise: no existence oracle).
     pub async fn appointment(
         &self,

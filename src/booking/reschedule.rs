@@ -16,7 +16,7 @@ use super::{
     retrying, BookingService,
 };
 use crate::{
-    auth::{Caller, Role},
+    auth::Caller,
     db::{
         appointments::{self, InsertError, NewAppointment},
         entity::{appointment, time_slot},
@@ -70,9 +70,7 @@ impl BookingService {
     }
 
     async fn reschedule_here(&self, caller: &Caller, req: &RescheduleRequest) -> Outcome<Rescheduled> {
-        if caller.role == Role::Doctor {
-            return Err(ServiceError::Forbidden("doctors cannot reschedule appointments".into()));
-        }
+        super::not_a_doctor(caller, "reschedule appointments")?;
         let old = match self.changeable(caller, &req.appointment_id, Field::AppointmentId.in_request()).await? {
             Ok(r) => r.appointment,
             Err(refusal) => return Ok(Err(refusal)),

@@ -360,11 +360,6 @@ impl Next {
 /// Attempts written per statement (7 values each on PostgreSQL).
 const RECORD_CHUNK: usize = 128;
 
-/// Writes an attempt: see [`record_attempts`]. Returns whether the claim was still the worker's.
-pub async fn record_attempt(db: &Db, a: &Attempt) -> Result<bool, StoreError> {
-    Ok(record_attempts(db, std::slice::from_ref(a)).await?.first().copied().unwrap_or(false))
-}
-
 /// Writes attempts in one transaction: each one's log row, and its delivery's new state while
 /// the claim is still the worker's (otherwise only the count and the last answer: a redelivery
 /// or another worker decides what comes next). `Disable` also disables the endpoint and fails

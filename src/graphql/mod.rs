@@ -23,7 +23,7 @@ use async_graphql::{
     MergedObject, Schema, ValidationMode,
 };
 
-pub use answer::{Answered, Pipeline};
+pub use answer::{Answered, Asked, Pipeline, Rendered};
 pub use context::{AnswerStamps, RequestContext};
 pub use loaders::Loaders;
 pub use messages::{MessagesMutation, MessagesQuery};

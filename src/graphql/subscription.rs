@@ -31,7 +31,7 @@ use super::{
     error::{to_graphql, with_request_codes, IntoGraphql},
     scalars::Date,
     types::SlotAvailabilityEvent,
-    Pipeline, QueryLimits, RequestContext,
+    Asked, Pipeline, QueryLimits, RequestContext,
 };
 use crate::{
     auth::Principal,
@@ -128,7 +128,8 @@ impl SubscriptionExecutor {
     async fn answer(&self, request: Request, context: Option<&RequestContext>) -> Response {
         let anonymous = RequestContext::new(Principal::Anonymous, String::new());
         let context = context.unwrap_or(&anonymous);
-        self.pipeline.answer(request, &context.principal, &context.request_id, false).await.response
+        let asked = Asked { request, principal: &context.principal, request_id: &context.request_id, key: None };
+        self.pipeline.answer(asked).await.response()
     }
 }
 

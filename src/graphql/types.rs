@@ -11,6 +11,7 @@ use async_graphql::{Context, Enum, InputObject, Object, Result, SimpleObject, ID
 use chrono::{DateTime, Utc};
 
 use super::{
+    context::record_stamp,
     error::{field_path, internal},
     loaders::Loaders,
     scalars::Date,
@@ -51,6 +52,10 @@ impl Doctor {
     /// All slots of that day (in the doctor's zone), full and past ones too, by start.
     async fn slots(&self, ctx: &Context<'_>, date: Date) -> Result<Vec<Slot>> {
         let range = doctor_day(&self.0, date.0).map_err(super::error::to_graphql)?;
+        // Taken before the read: an answer that holds this day is kept only while it is current.
+        if let Some(service) = ctx.data_opt::<crate::booking::BookingService>() {
+            record_stamp(ctx, Some(service.slots_stamp(self.0.id)));
+        }
         let rows = ctx.data::<Loaders>()?.day_slots.load_one(range).await.map_err(loader_error)?;
         Ok(rows.unwrap_or_default().into_iter().map(Slot).collect())
     }

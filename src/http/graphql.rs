@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use super::{connection, AppState, Shared};
 use crate::{
     auth::Principal,
-    graphql::{error::code, Answered, Pipeline},
+    graphql::{error::code, Answered, Asked, Pipeline},
 };
 
 const GRAPHQL_RESPONSE: &str = "application/graphql-response+json";
@@ -54,9 +54,6 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
         Ok(b) => b,
         Err(_) => return too_large(),
     };
-    if let Some(kept) = kept_answer(&state, &headers, &bytes, media) {
-        return kept;
-    }
     // The common body, one operation, is read straight into its parts. Anything else (a batch,
     // or a body it refuses) goes the general way below, which also names the fault precisely.
     // `execute` is boxed: its future holds the operations and their state across its awaits,
@@ -90,19 +87,6 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
     }
     let answer_key = (!batched).then_some(bytes);
     Box::pin(execute(&state, &headers, requests, batched, answer_key, media)).await
-}
-
-/// The kept answer to a request with exactly this body (slot lists and searches: see
-/// [`Pipeline::kept`]), if any. A request with a bad token is left to the usual path, which
-/// refuses it.
-fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
-    let started = Instant::now();
-    let (answer, operation) = state.pipeline.kept(body)?;
-    authenticate(state, headers).ok()?;
-    metrics::counter!("answer_cache_hits_total").increment(1);
-    metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => "ok").increment(1);
-    metrics::histogram!("graphql_request_seconds", "operation" => operation).record(started.elapsed().as_secs_f64());
-    Some(respond(StatusCode::OK, media, answer, &request_id(headers)))
 }
 
 /// `GET /graphql`: GraphiQL for a browser, otherwise a query (never a mutation).
@@ -207,8 +191,7 @@ fn request_id(headers: &HeaderMap) -> String {
 }
 
 /// Runs the operations (several: a batch) through the answer pipeline and answers. `answer_key`,
-/// the body of a single POST operation, is where its answer is kept when it is made only of
-/// slot reads (lists and searches).
+/// the body of a single POST operation, names its answer for the pipeline's kept answers.
 async fn execute(
     state: &AppState,
     headers: &HeaderMap,
@@ -232,17 +215,22 @@ async fn execute(
     let mut bodies = Vec::with_capacity(requests.len());
     let mut status = StatusCode::OK;
     let mut retry_after = None;
-    // The stamps and operation name of an answer to keep (a single POST of slot reads).
-    let mut keep = None;
     for request in requests {
         let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
         let started = Instant::now();
-        let answered = state.pipeline.answer(request, &principal, &request_id, answer_key.is_some()).await;
-        let stamps = answered.keep.clone();
-        let rendered = render(answered, &request_id);
+        let asked = Asked { request, principal: &principal, request_id: &request_id, key: answer_key.clone() };
+        let answered = state.pipeline.answer(asked).await;
+        let operation = match &answered {
+            Answered::Kept { operation, .. } => {
+                metrics::counter!("answer_cache_hits_total").increment(1);
+                operation.clone()
+            }
+            Answered::Fresh { .. } => operation,
+        };
+        let rendered = answered.rendered(&request_id);
         metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => rendered.outcome)
             .increment(1);
-        metrics::histogram!("graphql_request_seconds", "operation" => operation.clone())
+        metrics::histogram!("graphql_request_seconds", "operation" => operation)
             .record(started.elapsed().as_secs_f64());
         if !batched {
             if rendered.request_error {
@@ -252,15 +240,24 @@ async fn execute(
                 retry_after = rendered.retry_after;
             }
         }
-        if let Some(stamps) = stamps {
-            keep = Some((stamps, operation));
-        }
         bodies.push(rendered.body);
     }
-    let body = Bytes::from(if batched { format!("[{}]", bodies.join(",")) } else { bodies.pop().unwrap_or_default() });
-    if let (Some(key), Some((stamps, operation))) = (answer_key, keep) {
-        state.pipeline.keep(key, stamps, body.clone(), &operation);
-    }
+    let body = match (batched, bodies.pop()) {
+        (false, Some(only)) => only,
+        (_, last) => {
+            // A batch: `[a,b,…]`, each already JSON.
+            let mut joined = Vec::with_capacity(bodies.iter().map(Bytes::len).sum::<usize>() + bodies.len() + 8);
+            joined.push(b'[');
+            for part in bodies.iter().chain(last.as_ref()) {
+                if joined.len() > 1 {
+                    joined.push(b',');
+                }
+                joined.extend_from_slice(part);
+            }
+            joined.push(b']');
+            Bytes::from(joined)
+        }
+    };
     let mut resp = respond(status, media, body, &request_id);
     if let Some(secs) = retry_after {
         if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
@@ -278,66 +275,6 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, Stri
     };
     let value = value.to_str().map_err(|_| "the Authorization header is not text".to_owned())?;
     crate::auth::principal_from_header(&state.tokens, value)
-}
-
-/// One executed operation, ready to send.
-struct Rendered {
-    /// The JSON text.
-    body: String,
-    /// `ok`, or the first error's code (a metrics label).
-    outcome: &'static str,
-    /// True when nothing was executed (a request error: 400 with no `data`).
-    request_error: bool,
-    /// `retryAfterSeconds` of a `RATE_LIMITED` first error.
-    retry_after: Option<u64>,
-}
-
-/// Serializes an answer, adding the request id to `INTERNAL` errors. An answer without errors
-/// (nearly all of them: refusals are data) is written straight to text, in one pass.
-fn render(answered: Answered, request_id: &str) -> Rendered {
-    let Answered { response, refused: request_error, .. } = answered;
-    if response.errors.is_empty() {
-        if let Ok(body) = serde_json::to_string(&response) {
-            return Rendered { body, outcome: "ok", request_error: false, retry_after: None };
-        }
-    }
-    let mut outcome = "ok";
-    let mut body =
-        serde_json::to_value(response).unwrap_or_else(|_| json!({ "errors": [{ "message": "internal error" }] }));
-    if let Some(errors) = body.get_mut("errors").and_then(Value::as_array_mut) {
-        for error in errors {
-            let Some(ext) = error.get_mut("extensions").and_then(Value::as_object_mut) else { continue };
-            let code = ext.get("code").and_then(Value::as_str).unwrap_or("").to_owned();
-            if code == code::INTERNAL {
-                ext.insert("requestId".into(), json!(request_id));
-            }
-            if outcome == "ok" {
-                outcome = known_code(&code);
-            }
-        }
-    }
-    if request_error {
-        if let Some(obj) = body.as_object_mut() {
-            obj.remove("data");
-        }
-    }
-    let retry_after = body.pointer("/errors/0/extensions/retryAfterSeconds").and_then(Value::as_u64);
-    Rendered { body: body.to_string(), outcome, request_error, retry_after }
-}
-
-fn known_code(code: &str) -> &'static str {
-    [
-        code::UNAUTHENTICATED,
-        code::FORBIDDEN,
-        code::RATE_LIMITED,
-        code::BAD_REQUEST,
-        code::INVALID_INPUT,
-        code::OVERLOADED,
-        code::INTERNAL,
-    ]
-    .into_iter()
-    .find(|c| *c == code)
-    .unwrap_or("other")
 }
 
 /// The media type to answer with: `application/graphql-response+json` unless the client

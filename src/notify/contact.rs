@@ -194,27 +194,9 @@ fn forbidden() -> ServiceError {
     ServiceError::Forbidden("doctors do not see or set patients' contact details".into())
 }
 
-/// The patient a write is for, by the booking rules: a patient writes its own (naming another
-/// is `FORBIDDEN`), partners and admins name the patient (`INVALID_INPUT` otherwise).
+/// The patient a write is for: the booking rules' ([`crate::booking::acting_for`]).
 fn writer_patient(caller: &Caller, raw: Option<&str>) -> Result<Result<i64, Refusal>, ServiceError> {
-    let field = error::Field::PatientId.in_request();
-    match caller.role {
-        Role::Doctor => Err(forbidden()),
-        Role::Patient => {
-            let own = caller.patient_id.ok_or(ServiceError::Unauthenticated)?;
-            match raw.map(|r| parse_id("patientId", r)) {
-                None => Ok(Ok(own)),
-                Some(Ok(id)) if id == own => Ok(Ok(own)),
-                Some(Ok(_)) => Err(ServiceError::Forbidden("patients set their own contact details only".into())),
-                Some(Err(message)) => Ok(Err(Refusal::invalid(field, message))),
-            }
-        }
-        Role::Partner | Role::Admin => match raw.map(|r| parse_id("patientId", r)) {
-            None => Ok(Err(Refusal::invalid(field, "patientId is required when acting for a patient"))),
-            Some(Ok(id)) => Ok(Ok(id)),
-            Some(Err(message)) => Ok(Err(Refusal::invalid(field, message))),
-        },
-    }
+    crate::booking::acting_for(caller, raw, "set patients' contact details")
 }
 
 /// Checks an email address by the rules in the module doc.

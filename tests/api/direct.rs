@@ -215,3 +215,35 @@ async fn slot_lists_read_the_same_through_the_direct_path_and_the_executor() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_slot_list_whose_read_fails_reads_the_same_through_the_direct_path_and_the_executor() {
+    // The direct path answers a failed read itself, as the executor would, instead of handing
+    // the request to the executor to read (and fail) again.
+    let database = TestDatabase::new().await;
+    let app = TestApp::spawn_on(&database, &[("ANSWER_CACHE_TTL_MS", "0")]).await;
+    let doctor_id = app.create_doctor("UTC").await;
+    let day = tomorrow();
+    app.publish(&doctor_id, &day, "09:00", "10:00", 30, 1).await;
+    let conn = sea_orm::Database::connect(&database.url).await.unwrap();
+    sea_orm::ConnectionTrait::execute_unprepared(&conn, "ALTER TABLE time_slot RENAME TO time_slot_gone")
+        .await
+        .unwrap();
+    for doc in LISTS {
+        let doc = doc.replace("DOCTOR", &doctor_id).replace("DATE", &day);
+        let mut answers = Vec::new();
+        for query in [direct(&doc), direct(&doc), executor(&doc)] {
+            let (status, mut body) = app.post(None, &query, json!({ "d": doctor_id, "t": day })).await;
+            // Each INTERNAL error names its own request.
+            let ext = &mut body["errors"][0]["extensions"];
+            assert!(ext["requestId"].is_string(), "{body}");
+            ext.as_object_mut().unwrap().remove("requestId");
+            answers.push((status, body.to_string()));
+        }
+        assert_eq!(answers[1], answers[2], "direct and executor answers differ for {doc}");
+        assert!(answers[1].1.contains("\"data\":null") && answers[1].1.contains("INTERNAL"), "{}", answers[1].1);
+    }
+    sea_orm::ConnectionTrait::execute_unprepared(&conn, "ALTER TABLE time_slot_gone RENAME TO time_slot")
+        .await
+        .unwrap();
+}

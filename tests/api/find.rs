@@ -565,3 +565,80 @@ async fn a_repeated_search_sees_every_change_it_depends_on() {
     app.book(&patient(4), &only[0], "k4", None).await;
     assert_eq!(page_ids(&app, &firsts, 5).await, [early[0].clone(), slots[0].clone()]);
 }
+
+#[tokio::test]
+async fn a_repeated_answer_sees_every_change_of_the_fields_it_selects_inside() {
+    // The same request body again may be answered from memory: a doctor's fields selected
+    // inside a search or a slot list (another day's slots, its working hours, its time off)
+    // must show a change at once, like the slots the search itself read.
+    let (app, _db) = TestApp::spawn().await;
+    let day = day_ahead(2);
+    // A day the search does not cover (its window ends at the next midnight).
+    let next = day + Days::new(2);
+    let a = doctor(&app, "radiology", "UTC").await;
+    app.publish(&a, &day.to_string(), "09:00", "09:15", 15, 1).await;
+    let later = app.publish(&a, &next.to_string(), "09:00", "09:15", 15, 1).await;
+    let window = json!({ "in": {
+        "from": midnight(day).to_rfc3339(),
+        "to": (midnight(day) + chrono::TimeDelta::days(1)).to_rfc3339(),
+        "specialty": "radiology",
+    }});
+    let one_day = json!({ "d": a, "t": day.to_string() });
+    let search =
+        |inside: &str| format!("query($in:FindSlotsInput!){{findSlots(input:$in){{nodes{{id doctor{{{inside}}}}}}}}}");
+    let list = |inside: &str| {
+        format!("query($d:ID!,$t:Date!){{availableSlots(doctorId:$d,date:$t){{id doctor{{{inside}}}}}}}")
+    };
+    let asked = |query: String, variables: Value| {
+        let app = &app;
+        async move {
+            let data = app.gql(None, &query, variables).await;
+            let rows = if query.contains("findSlots") { &data["findSlots"]["nodes"] } else { &data["availableSlots"] };
+            rows[0]["doctor"].clone()
+        }
+    };
+
+    // Another day's slots.
+    let slots = format!("slots(date:\"{next}\"){{id bookedCount}}");
+    for _ in 0..2 {
+        assert_eq!(asked(search(&slots), window.clone()).await["slots"][0]["bookedCount"], 0);
+        assert_eq!(asked(list(&slots), one_day.clone()).await["slots"][0]["bookedCount"], 0);
+    }
+    app.book(&patient(1), &later[0], "k1", None).await;
+    assert_eq!(asked(search(&slots), window.clone()).await["slots"][0]["bookedCount"], 1, "findSlots");
+    assert_eq!(asked(list(&slots), one_day.clone()).await["slots"][0]["bookedCount"], 1, "availableSlots");
+
+    // Working hours (and how far they have made slots), past the horizon: no slot changes.
+    let hours = "workingHours{validFrom} scheduledThrough";
+    for _ in 0..2 {
+        assert_eq!(asked(search(hours), window.clone()).await["workingHours"], json!([]));
+        assert_eq!(asked(list(hours), one_day.clone()).await["workingHours"], json!([]));
+    }
+    let far = Utc::now().date_naive() + Days::new(60);
+    let weekly: Vec<Value> = ["MONDAY", "TUESDAY", "WEDNESDAY", "THURSDAY", "FRIDAY", "SATURDAY", "SUNDAY"]
+        .iter()
+        .map(|d| json!({ "weekday": d, "startTime": "09:00", "endTime": "10:00", "slotMinutes": 30 }))
+        .collect();
+    let set = "mutation($in:SetWorkingHoursInput!){setWorkingHours(input:$in){userErrors{code}}}";
+    let input = json!({ "in": { "doctorId": a, "validFrom": far.to_string(), "weekly": weekly } });
+    assert_eq!(app.gql(Some(&admin()), set, input).await["setWorkingHours"]["userErrors"], json!([]));
+    let pattern = json!([{ "validFrom": far.to_string() }]);
+    assert_eq!(asked(search(hours), window.clone()).await["workingHours"], pattern, "findSlots");
+    assert_eq!(asked(list(hours), one_day.clone()).await["workingHours"], pattern, "availableSlots");
+
+    // Time off, where it closes nothing.
+    let off = "timeOff{reason}";
+    for _ in 0..2 {
+        assert_eq!(asked(search(off), window.clone()).await["timeOff"], json!([]));
+        assert_eq!(asked(list(off), one_day.clone()).await["timeOff"], json!([]));
+    }
+    let add = "mutation($in:AddTimeOffInput!){addTimeOff(input:$in){userErrors{code}}}";
+    let from = midnight(far + Days::new(30));
+    let input = json!({ "in": {
+        "doctorId": a, "from": from.to_rfc3339(), "to": (from + chrono::TimeDelta::days(1)).to_rfc3339(), "reason": "away",
+    }});
+    assert_eq!(app.gql(Some(&admin()), add, input).await["addTimeOff"]["userErrors"], json!([]));
+    let away = json!([{ "reason": "away" }]);
+    assert_eq!(asked(search(off), window.clone()).await["timeOff"], away, "findSlots");
+    assert_eq!(asked(list(off), one_day.clone()).await["timeOff"], away, "availableSlots");
+}

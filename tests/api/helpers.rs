@@ -50,21 +50,36 @@ pub(crate) struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// Makes a new database.
+    /// Makes a new database, migrated: a copy of the migrated template ([`template`]), so a
+    /// test pays a file copy instead of every migration.
     pub(crate) async fn new() -> Self {
+        Self::make(true).await
+    }
+
+    /// Makes a new, empty database (for tests of the migrations themselves).
+    pub(crate) async fn empty() -> Self {
+        Self::make(false).await
+    }
+
+    async fn make(migrated: bool) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let id = uuid::Uuid::new_v4().simple().to_string();
         let redis_prefix = format!("cbtest-{id}");
         match backend() {
             Backend::Sqlite => {
-                let url = format!("sqlite://{}", dir.path().join("test.sqlite3").display());
+                let path = dir.path().join("test.sqlite3");
+                if migrated {
+                    std::fs::copy(template().await, &path).expect("copy the template database");
+                }
+                let url = format!("sqlite://{}", path.display());
                 Self { url, redis_url: None, redis_prefix, _dir: dir, drop_pg: None }
             }
             Backend::Postgres { server_url, redis_url } => {
                 use sqlx::Connection;
                 let name = format!("cbt_{id}");
+                let from = if migrated { format!(" TEMPLATE {}", template().await) } else { String::new() };
                 let mut conn = sqlx::PgConnection::connect(&server_url).await.expect("connect to DATABASE_URL");
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}{from}")))
                     .execute(&mut conn)
                     .await
                     .expect("create database");
@@ -117,6 +132,77 @@ impl Drop for TestDatabase {
                 });
             })
             .join();
+        }
+    }
+}
+
+/// The migrated database every test database is copied from: on PostgreSQL a database
+/// (`CREATE DATABASE … TEMPLATE`), on SQLite a file. It is made once for a build of the tests
+/// (its name carries the test binary's time and the migrations' names), so later runs of the
+/// same build reuse it; a new build's replaces the older ones. Nobody connects to it once made,
+/// as PostgreSQL requires of a template.
+async fn template() -> &'static str {
+    static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    TEMPLATE.get_or_init(make_template).await
+}
+
+async fn make_template() -> String {
+    use std::hash::{Hash, Hasher};
+
+    use migration::MigratorTrait;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let built = std::env::current_exe().and_then(std::fs::metadata).and_then(|m| m.modified()).ok();
+    built.hash(&mut hasher);
+    migration::Migrator::migrations().iter().for_each(|m| m.name().hash(&mut hasher));
+    let stamp = format!("{:016x}", hasher.finish());
+    let migrate = |url: String| async move {
+        let conn = sea_orm::Database::connect(&url).await.expect("connect to the template");
+        migration::Migrator::up(&conn, None).await.expect("migrate the template");
+        conn.close().await.expect("close the template");
+    };
+    match backend() {
+        Backend::Sqlite => {
+            let path = std::env::temp_dir().join(format!("cbt-template-{stamp}.sqlite3"));
+            if !path.exists() {
+                // Made under a name of its own, then renamed: another test process may be at it too.
+                let building = std::env::temp_dir().join(format!("cbt-building-{}.sqlite3", uuid::Uuid::new_v4()));
+                migrate(format!("sqlite://{}?mode=rwc", building.display())).await;
+                std::fs::rename(&building, &path).expect("name the template");
+            }
+            path.display().to_string()
+        }
+        Backend::Postgres { server_url, .. } => {
+            use sqlx::Connection;
+            let name = format!("cbt_template_{stamp}");
+            let mut conn = sqlx::PgConnection::connect(&server_url).await.expect("connect to DATABASE_URL");
+            let run = |sql: String| sqlx::query(sqlx::AssertSqlSafe(sql));
+            let exists: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(&name)
+                .fetch_optional(&mut conn)
+                .await
+                .expect("look for the template");
+            if exists.is_none() {
+                let building = format!("cbt_building_{}", uuid::Uuid::new_v4().simple());
+                run(format!("CREATE DATABASE {building}")).execute(&mut conn).await.expect("create the template");
+                migrate(replace_db_name(&server_url, &building)).await;
+                if run(format!("ALTER DATABASE {building} RENAME TO {name}")).execute(&mut conn).await.is_err() {
+                    // Another test process named its own first.
+                    let _ = run(format!("DROP DATABASE IF EXISTS {building}")).execute(&mut conn).await;
+                }
+                // Older builds' templates (and copies a killed run left half made).
+                let stale: Vec<String> = sqlx::query_scalar(
+                    "SELECT datname FROM pg_database WHERE datname LIKE 'cbt\\_template\\_%' AND datname <> $1",
+                )
+                .bind(&name)
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_default();
+                for old in stale {
+                    let _ = run(format!("DROP DATABASE IF EXISTS {old}")).execute(&mut conn).await;
+                }
+            }
+            let _ = conn.close().await;
+            name
         }
     }
 }

@@ -218,7 +218,7 @@ async fn contacts_kept_before_per_booker_details_belong_to_who_wrote_them_last()
     use sea_orm::{ConnectionTrait, Statement};
 
     // The schema as it was before contacts were kept per booker, with one row per patient.
-    let database = TestDatabase::new().await;
+    let database = TestDatabase::empty().await;
     let url =
         if database.url.starts_with("sqlite") { format!("{}?mode=rwc", database.url) } else { database.url.clone() };
     let conn = sea_orm::Database::connect(&url).await.unwrap();

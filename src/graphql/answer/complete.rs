@@ -50,6 +50,17 @@ impl Shapes {
     }
 }
 
+/// The type of `field` of the object type `object` in the served schema.
+pub(super) fn field_type(object: &str, field: &str) -> Option<&'static Type> {
+    shapes().field(object, field)
+}
+
+/// The fields of the object type `object` in the served schema (none for an unknown type).
+#[cfg(test)]
+pub(super) fn fields_of(object: &str) -> Vec<String> {
+    shapes().0.get(object).map(|f| f.keys().cloned().collect()).unwrap_or_default()
+}
+
 fn shapes() -> &'static Shapes {
     static SHAPES: OnceLock<Shapes> = OnceLock::new();
     SHAPES.get_or_init(Shapes::of_schema)

@@ -26,7 +26,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use async_graphql::parser::types::{OperationDefinition, OperationType, Selection};
+use async_graphql::parser::types::{
+    BaseType, ExecutableDocument, OperationDefinition, OperationType, Selection, SelectionSet, Type,
+};
 use axum::body::Bytes;
 
 use crate::guard::{Generations, Stamp};
@@ -38,26 +40,83 @@ const MAX_BYTES: usize = 128 * 1024 * 1024;
 /// Largest answer kept.
 const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
-/// The root fields whose answers depend only on doctors' slots, each resolver noting the stamps
-/// of what it read (a doctor's own fields never change, and `Slot.doctor` is the slot's doctor):
-/// one doctor's day, and the search across doctors.
-const SLOT_READ_FIELDS: [&str; 2] = ["availableSlots", "findSlots"];
+/// The fields a kept answer may hold, by type: each is either a value of a row its answer
+/// read under a stamp (a slot's own fields, a search page's), a value that never changes (a
+/// doctor's own fields: doctors are created, never edited), or a read whose resolver notes a
+/// stamp of its own (`availableSlots`, `findSlots`, `Doctor.slots`). A selection of anything
+/// else (a doctor's `workingHours`, `timeOff` or `scheduledThrough`, which no stamp covers) is
+/// answered afresh every time. `__typename` is allowed everywhere.
+///
+/// `every_field_of_a_kept_type_is_decided` fails when one of these types gains a field, so that
+/// a new field is kept only once someone has said what it depends on.
+const KEPT_FIELDS: [(&str, &[&str]); 6] = [
+    ("Query", &["availableSlots", "findSlots"]),
+    ("SlotSearchConnection", &["pageInfo", "edges", "nodes"]),
+    ("SlotSearchEdge", &["node", "cursor"]),
+    ("PageInfo", &["hasPreviousPage", "hasNextPage", "startCursor", "endCursor"]),
+    ("Slot", &["id", "doctor", "startAt", "endAt", "capacity", "bookedCount", "available", "closed", "version"]),
+    ("Doctor", &["id", "name", "specialty", "timezone", "slots"]),
+];
 
-/// Whether the answer to `op` may be kept: a query whose root fields are all slot reads
-/// (`availableSlots`, `findSlots`) or `__typename`, with no directives at the root, so that it
-/// is made only of slot reads.
-pub fn made_of_slot_reads(op: &OperationDefinition) -> bool {
+/// Fragments followed at most this deep (validation refuses cycles, but this runs before it).
+const MAX_DEPTH: usize = 32;
+
+/// Whether the answer to `op` of `doc` may be kept: a query whose root fields are slot reads
+/// (`availableSlots`, `findSlots`) or `__typename`, with no directives or fragments at the
+/// root, and whose every nested selection is in [`KEPT_FIELDS`], through fragments.
+pub fn made_of_slot_reads(doc: &ExecutableDocument, op: &OperationDefinition) -> bool {
     let roots = &op.selection_set.node.items;
-    let slot_read = |name: &str| SLOT_READ_FIELDS.contains(&name);
+    let slot_read = |name: &str| name != "__typename" && kept_field("Query", name);
     op.ty == OperationType::Query
         && op.directives.is_empty()
         && roots.iter().any(|s| matches!(&s.node, Selection::Field(f) if slot_read(&f.node.name.node)))
         && roots.iter().all(|s| match &s.node {
-            Selection::Field(f) => {
-                f.node.directives.is_empty() && (slot_read(&f.node.name.node) || f.node.name.node == "__typename")
-            }
+            Selection::Field(f) => f.node.directives.is_empty() && kept_field("Query", &f.node.name.node),
             Selection::FragmentSpread(_) | Selection::InlineFragment(_) => false,
         })
+        && kept_selections(doc, "Query", &op.selection_set.node, 0)
+}
+
+/// Whether `field` of `ty` is in [`KEPT_FIELDS`] (or is `__typename`).
+fn kept_field(ty: &str, field: &str) -> bool {
+    field == "__typename" || KEPT_FIELDS.iter().any(|(t, fields)| *t == ty && fields.contains(&field))
+}
+
+/// Whether every field `set` (on an object of type `ty`) selects, at any depth, may be kept.
+fn kept_selections(doc: &ExecutableDocument, ty: &str, set: &SelectionSet, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    set.items.iter().all(|selection| match &selection.node {
+        Selection::Field(f) => {
+            let name = f.node.name.node.as_str();
+            if !kept_field(ty, name) {
+                return false;
+            }
+            if f.node.selection_set.node.items.is_empty() {
+                return true;
+            }
+            let Some(inner) = super::complete::field_type(ty, name).map(named_type) else {
+                return false;
+            };
+            kept_selections(doc, inner, &f.node.selection_set.node, depth + 1)
+        }
+        Selection::InlineFragment(inline) => {
+            let on = inline.node.type_condition.as_ref().map(|c| c.node.on.node.as_str());
+            on.is_none_or(|on| on == ty) && kept_selections(doc, ty, &inline.node.selection_set.node, depth + 1)
+        }
+        Selection::FragmentSpread(spread) => doc.fragments.get(&spread.node.fragment_name.node).is_some_and(|f| {
+            f.node.type_condition.node.on.node == ty && kept_selections(doc, ty, &f.node.selection_set.node, depth + 1)
+        }),
+    })
+}
+
+/// The object type a field's values are of, through lists and non-null.
+fn named_type(ty: &Type) -> &str {
+    match &ty.base {
+        BaseType::Named(name) => name.as_str(),
+        BaseType::List(inner) => named_type(inner),
+    }
 }
 
 /// One kept answer.
@@ -203,7 +262,9 @@ mod tests {
     }
 
     fn check(query: &str, name: Option<&str>) -> bool {
-        parse_query(query).is_ok_and(|doc| crate::graphql::chosen_operation(&doc, name).is_some_and(made_of_slot_reads))
+        parse_query(query).is_ok_and(|doc| {
+            crate::graphql::chosen_operation(&doc, name).is_some_and(|op| made_of_slot_reads(&doc, op))
+        })
     }
 
     #[test]
@@ -223,5 +284,47 @@ mod tests {
         assert!(!check("{...F} fragment F on Query {availableSlots(doctorId:\"1\",date:\"2030-01-01\"){id}}", None));
         assert!(!check("mutation{availableSlots{id}}", None));
         assert!(!check("query A{availableSlots{id}} query B{availableSlots{id}}", None));
+    }
+
+    #[test]
+    fn nested_selections_qualify_only_when_their_dependencies_are_known() {
+        let find = |selection: &str| {
+            format!("{{findSlots(input:{{from:\"2030-01-01T00:00:00Z\"}}){{pageInfo{{hasNextPage endCursor}} {selection}}}}}")
+        };
+        assert!(check(
+            &find("nodes{id doctor{id name specialty timezone slots(date:\"2030-01-02\"){bookedCount}}}"),
+            None
+        ));
+        assert!(!check(&find("edges{cursor node{...S}} nodes{... on Slot{id}}"), None), "S is not defined");
+        assert!(check(&(find("edges{cursor node{...S}}") + " fragment S on Slot {id doctor{__typename}}"), None));
+        assert!(check(&find("nodes{id @include(if:true) ... @skip(if:false) {version}}"), None));
+        for unknown in ["workingHours{validFrom}", "timeOff{id}", "scheduledThrough"] {
+            assert!(!check(&find(&format!("nodes{{doctor{{{unknown}}}}}")), None), "{unknown}");
+            let list = format!("{{availableSlots(doctorId:\"1\",date:\"2030-01-01\"){{doctor{{{unknown}}}}}}}");
+            assert!(!check(&list, None), "{unknown}");
+        }
+        assert!(!check(&(find("nodes{...D}") + " fragment D on Doctor {id}"), None), "a fragment on another type");
+        assert!(!check(&(find("nodes{doctor{...D}}") + " fragment D on Doctor {workingHours{validFrom}}"), None));
+        assert!(!check(&(find("nodes{...S}") + " fragment S on Slot {...S}"), None), "a cycle ends");
+    }
+
+    #[test]
+    fn every_field_of_a_kept_type_is_decided() {
+        // Fields of kept types that no stamp covers, left out of KEPT_FIELDS on purpose.
+        let never: [(&str, &[&str]); 1] = [("Doctor", &["workingHours", "timeOff", "scheduledThrough"])];
+        for (ty, kept) in KEPT_FIELDS {
+            let left_out = never.iter().find(|(t, _)| *t == ty).map_or(&[][..], |(_, f)| f);
+            // The root's other fields are simply not slot reads.
+            let all = if ty == "Query" { Vec::new() } else { super::super::complete::fields_of(ty) };
+            for field in all {
+                assert!(
+                    kept.contains(&field.as_str()) || left_out.contains(&field.as_str()),
+                    "{ty}.{field}: say whether an answer holding it may be kept (KEPT_FIELDS)"
+                );
+            }
+            for field in kept.iter().chain(left_out) {
+                assert!(super::super::complete::field_type(ty, field).is_some(), "{ty}.{field} is not in the schema");
+            }
+        }
     }
 }

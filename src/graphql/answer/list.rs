@@ -9,14 +9,16 @@
 //! selecting only the slot's own scalars, is compiled once into a [`ListPlan`]; later requests
 //! of a shape that passed the full validation read the list through the same
 //! [`BookingService::available_slots`] and build the same value the executor would, from the
-//! same scalar conversions. Anything else (fragments, directives, `doctor { … }`, repeated
-//! response keys, variables that need coercion, a list the service refuses) is left to the
-//! executor, and `tests/api/direct.rs` checks that both give the same answer, byte for byte.
+//! same scalar conversions; a list the service refuses or fails to read gets the error the
+//! executor would give, so a failing database is asked once, not again by the executor.
+//! Anything else (fragments, directives, `doctor { … }`, repeated response keys, variables that
+//! need coercion) is left to the executor, and `tests/api/direct.rs` checks that both give the
+//! same answer, byte for byte.
 
 use async_graphql::{
     indexmap::IndexMap,
     parser::types::{ExecutableDocument, OperationType},
-    Name, Response, ScalarType, Value, Variables, ID,
+    Name, PathSegment, Pos, Response, ScalarType, Value, Variables, ID,
 };
 use async_graphql_value::Value as DocumentValue;
 use chrono::NaiveDate;
@@ -25,7 +27,7 @@ use super::book::{leaves, only_root_field, response_key};
 use crate::{
     booking::BookingService,
     db::entity::time_slot,
-    graphql::{context::AnswerStamps, scalars::Date},
+    graphql::{context::AnswerStamps, error::to_graphql, scalars::Date},
 };
 
 /// An `availableSlots` operation compiled for the direct path.
@@ -33,6 +35,8 @@ use crate::{
 pub struct ListPlan {
     /// The field's response key (its alias, or `availableSlots`).
     key: Name,
+    /// Where the field is in the document (an error's `locations`).
+    pos: Pos,
     /// Where `doctorId` comes from.
     doctor_id: Source,
     /// Where `date` comes from.
@@ -66,7 +70,8 @@ impl ListPlan {
     /// The plan of `doc`, when it is one query made of one `availableSlots` field the direct
     /// path can answer. The document must have passed validation (names and types are trusted).
     pub fn compile(doc: &ExecutableDocument) -> Option<Self> {
-        let f = &only_root_field(doc, OperationType::Query, "availableSlots")?.node;
+        let field = only_root_field(doc, OperationType::Query, "availableSlots")?;
+        let f = &field.node;
         if f.arguments.len() != 2 {
             return None;
         }
@@ -92,7 +97,13 @@ impl ListPlan {
                 _ => return None,
             })
         })?;
-        Some(Self { key: response_key(f), doctor_id: source("doctorId")?, date: source("date")?, fields })
+        Some(Self {
+            key: response_key(f),
+            pos: field.pos,
+            doctor_id: source("doctorId")?,
+            date: source("date")?,
+            fields,
+        })
     }
 
     /// The doctor and day these variables ask for, when both are plain strings the scalars
@@ -110,23 +121,31 @@ impl ListPlan {
         Some((value(&self.doctor_id)?, Date::read(&value(&self.date)?)?.0))
     }
 
-    /// Reads the list and answers as the executor would, noting its stamp in `stamps`; `None`
-    /// when the service refuses (the executor then reports it as usual).
+    /// Reads the list and answers as the executor would, noting its stamp in `stamps`. A
+    /// refusal or a failed read is the executor's answer too: the field's error, and `data`
+    /// null (the field is non-null).
     pub async fn run(
         &self,
         service: &BookingService,
         doctor_id: &str,
         date: NaiveDate,
         stamps: &AnswerStamps,
-    ) -> Option<Response> {
-        let list = service.available_slots(doctor_id, date, None).await.ok()?;
+    ) -> Response {
+        let list = match service.available_slots(doctor_id, date, None).await {
+            Ok(list) => list,
+            Err(e) => {
+                let error =
+                    to_graphql(e).into_server_error(self.pos).with_path(vec![PathSegment::Field(self.key.to_string())]);
+                return Response::from_errors(vec![error]);
+            }
+        };
         if let Some(stamp) = list.stamp {
             stamps.record(stamp);
         }
         let slots = list.slots.iter().map(|s| self.slot_value(s)).collect();
         let mut data = IndexMap::with_capacity(1);
         data.insert(self.key.clone(), Value::List(slots));
-        Some(Response::new(Value::Object(data)))
+        Response::new(Value::Object(data))
     }
 
     fn slot_value(&self, s: &time_slot::Model) -> Value {

@@ -1,6 +1,6 @@
 //! The answer pipeline: how one GraphQL operation is answered, over HTTP and over WebSocket
-//! alike. [`Pipeline::answer`] is its one entry point; the transports only read requests and
-//! write answers.
+//! alike. [`Pipeline::answer`] is its one entry point, called the same way by both edges; the
+//! transports only read requests and write answers.
 //!
 //! One operation goes through these stages, in this order:
 //!
@@ -13,16 +13,17 @@
 //!    executor, on a schema that skips the full validation when the shape passed before.
 //! 3. **The executor's answer is completed** where async-graphql departs from the spec
 //!    ([`complete`]), and every error gets its `extensions.code`.
-//! 4. **Slot reads are kept**: an answer made only of slot lists and searches is kept by its
-//!    request body ([`kept`]) until a change of its doctors' slots ([`crate::guard::Generations`], told of
-//!    every change as the other caches are), and [`Pipeline::kept`] serves it again before any
-//!    of the above.
+//! 4. **Slot reads are kept**: an answer made only of slot lists and searches (and nested fields
+//!    whose dependencies are known) is kept, rendered ([`render`]), by its request body
+//!    ([`kept`]) until a change of what it read ([`crate::guard::Generations`], told of every
+//!    change as the other caches are); the same body is served it again before any of the above.
 
 mod book;
 mod complete;
 mod documents;
 mod kept;
 mod list;
+mod render;
 mod shape;
 
 use std::{sync::Arc, time::Duration};
@@ -35,6 +36,7 @@ use tracing::Instrument;
 pub use book::BookPlan;
 pub use kept::made_of_slot_reads;
 pub use list::ListPlan;
+pub use render::Rendered;
 
 use super::{
     build_schema_with, chosen_operation,
@@ -62,23 +64,73 @@ pub struct Pipeline {
     kept: kept::KeptAnswers,
 }
 
+/// One operation an edge asks the pipeline to answer.
+pub struct Asked<'a> {
+    /// The operation.
+    pub request: Request,
+    /// Who asks.
+    pub principal: &'a Principal,
+    /// The id that ties log lines to the answer.
+    pub request_id: &'a str,
+    /// The request body that names this operation alone (a single POST), when its answer may
+    /// be kept: a kept answer to the same body is served, and a keepable one kept under it.
+    /// `None` (WebSocket, GET, batches): answered afresh, never kept.
+    pub key: Option<Bytes>,
+}
+
 /// An answered operation.
-pub struct Answered {
-    /// The answer, completed, every error with its `extensions.code`.
-    pub response: Response,
-    /// True when nothing ran: the request was refused as a whole (it does not parse or
-    /// validate, or it is over a limit).
-    pub refused: bool,
-    /// The reads an answer made only of slot reads (lists and searches) was made of, when it may be kept.
-    pub keep: Option<Vec<Stamp>>,
+// It lives for one request and moves once or twice: boxing the answer would cost an allocation
+// per request for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Answered {
+    /// Answered now.
+    Fresh {
+        /// The answer, completed, every error with its `extensions.code`.
+        response: Response,
+        /// True when nothing ran: the request was refused as a whole (it does not parse or
+        /// validate, or it is over a limit).
+        refused: bool,
+        /// The answer as text, when the pipeline wrote it to keep it.
+        rendered: Option<Rendered>,
+    },
+    /// A kept answer, served as the text it was written as.
+    Kept {
+        /// The text.
+        rendered: Rendered,
+        /// The operation's name (a metrics label).
+        operation: String,
+    },
+}
+
+impl Answered {
+    /// The answer as the JSON text that goes out (`request_id` goes into `INTERNAL` errors).
+    pub fn rendered(self, request_id: &str) -> Rendered {
+        match self {
+            Self::Fresh { rendered: Some(rendered), .. } | Self::Kept { rendered, .. } => rendered,
+            Self::Fresh { response, refused, rendered: None } => render::render(response, refused, request_id),
+        }
+    }
+
+    /// The answer as a value (for transports that frame it themselves, such as WebSocket). A
+    /// kept answer is read back from its text; edges that want values pass no key and get none.
+    pub fn response(self) -> Response {
+        match self {
+            Self::Fresh { response, .. } => response,
+            // A kept answer has no errors: its text is `{"data": …}`.
+            Self::Kept { rendered, .. } => serde_json::from_slice::<serde_json::Value>(&rendered.body)
+                .ok()
+                .and_then(|mut v| async_graphql::Value::from_json(v["data"].take()).ok())
+                .map(Response::new)
+                .unwrap_or_default(),
+        }
+    }
 }
 
 /// How an operation is answered.
 enum Strategy<'d> {
     /// A booking of a shape that passed the full validation, without the executor.
     Book(&'d BookPlan, BookRequest),
-    /// A slot list of a shape that passed, without the executor (unless the service refuses it:
-    /// the executor then words the error).
+    /// A slot list of a shape that passed, without the executor.
     List(&'d ListPlan, String, NaiveDate),
     /// async-graphql's executor (on the schema that skips the full validation when the shape
     /// passed it before).
@@ -118,17 +170,6 @@ impl Pipeline {
         &self.strict
     }
 
-    /// The kept answer to a request with exactly this body, with its operation name.
-    pub fn kept(&self, body: &[u8]) -> Option<(Bytes, String)> {
-        self.kept.get(body)
-    }
-
-    /// Keeps `body`, the rendered answer to the request with body `request`, made of the reads
-    /// of `stamps` ([`Answered::keep`]).
-    pub fn keep(&self, request: Bytes, stamps: Vec<Stamp>, body: Bytes, operation: &str) {
-        self.kept.put(request, stamps, body, operation);
-    }
-
     /// Whether `request` runs a mutation or a subscription (an unparsable one: no, the
     /// executor refuses it).
     pub fn writes(request: &Request) -> bool {
@@ -141,19 +182,45 @@ impl Pipeline {
         })
     }
 
-    /// Answers one operation by `principal`; `keepable` when its answer may be kept (a single
-    /// operation whose request body can name it). Runs in a `graphql` span with the operation's
-    /// name and the request id.
+    /// Answers one operation: the kept answer to its body when there is one still current,
+    /// else the operation run (see the module's stages), kept when it is made of slot reads.
+    /// Runs in a `graphql` span with the operation's name and the request id.
+    pub async fn answer(&self, asked: Asked<'_>) -> Answered {
+        let Asked { request, principal, request_id, key } = asked;
+        if let Some((body, operation)) = key.as_deref().and_then(|k| self.kept.get(k)) {
+            let rendered = Rendered { body, outcome: "ok", request_error: false, retry_after: None };
+            return Answered::Kept { rendered, operation };
+        }
+        let operation = request.operation_name.clone().unwrap_or_else(|| "anonymous".into());
+        let (response, refused, stamps) = self.run(request, principal, request_id, key.is_some()).await;
+        match (key, stamps) {
+            (Some(key), Some(stamps)) => {
+                let rendered = render::render(response, refused, request_id);
+                self.kept.put(key, stamps, rendered.body.clone(), &operation);
+                Answered::Fresh { response: Response::default(), refused, rendered: Some(rendered) }
+            }
+            _ => Answered::Fresh { response, refused, rendered: None },
+        }
+    }
+
+    /// Runs one operation by `principal`; with `keepable`, also the stamps of the reads it was
+    /// made of when its answer may be kept.
     ///
     /// Each way of answering is boxed where it is awaited: a future is as large as its largest
     /// state, and one inline executor would make every request's future kilobytes.
-    pub async fn answer(&self, request: Request, principal: &Principal, request_id: &str, keepable: bool) -> Answered {
+    async fn run(
+        &self,
+        request: Request,
+        principal: &Principal,
+        request_id: &str,
+        keepable: bool,
+    ) -> (Response, bool, Option<Vec<Stamp>>) {
         let operation = request.operation_name.as_deref().unwrap_or("anonymous");
         let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
         let document = documents::document(&request.query);
         let name = request.operation_name.as_deref();
         let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
-        let keepable = keepable && op.is_some_and(made_of_slot_reads);
+        let keepable = keepable && matches!((&document, op), (Some(d), Some(op)) if made_of_slot_reads(&d.doc, op));
         let shape = op.and_then(|op| shape::shape(name, op, &request.variables));
         let validated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
         let run = Run { principal, request_id, document: document.as_deref(), validated, span };
@@ -165,17 +232,9 @@ impl Pipeline {
                 }
                 Strategy::List(plan, doctor, date) => {
                     let noted = AnswerStamps::default();
-                    let span = run.span.clone();
-                    match Box::pin(plan.run(&self.service, &doctor, date, &noted).instrument(span)).await {
-                        Some(response) => {
-                            metrics::counter!("graphql_direct_total").increment(1);
-                            (response, Some(noted), false)
-                        }
-                        None => {
-                            let (response, noted) = Box::pin(self.execute(request, run)).await;
-                            (response, Some(noted), true)
-                        }
-                    }
+                    metrics::counter!("graphql_direct_total").increment(1);
+                    let response = Box::pin(plan.run(&self.service, &doctor, date, &noted).instrument(run.span)).await;
+                    (response, Some(noted), false)
                 }
                 Strategy::Executor => {
                     let (response, noted) = Box::pin(self.execute(request, run)).await;
@@ -191,7 +250,7 @@ impl Pipeline {
         }
         let keep =
             (keepable && !refused && response.errors.is_empty()).then(|| stamps.map(|s| s.take()).unwrap_or_default());
-        Answered { response: with_request_codes(response), refused, keep }
+        (with_request_codes(response), refused, keep)
     }
 
     /// Runs a request on the executor, noting the slot reads of its resolvers.
