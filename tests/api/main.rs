@@ -7,6 +7,7 @@
 mod backend;
 mod booking;
 mod browser;
+mod desk;
 mod burst;
 mod direct;
 mod fhir;
