@@ -318,7 +318,10 @@ mod tests {
                 "appointment.cancelled",
                 "appointment.expired",
                 "appointment.rescheduled",
-                "appointment.held"
+                "appointment.held",
+                "appointment.arrived",
+                "appointment.fulfilled",
+                "appointment.noshow"
             ]
         );
         for t in EventType::ALL {
