@@ -29,7 +29,8 @@ impl MigrationName for Migration {
 }
 
 /// Every status an appointment may have after this migration.
-pub const APPOINTMENT_STATUSES: [&str; 7] = ["HELD", "BOOKED", "CANCELLED", "EXPIRED", "ARRIVED", "FULFILLED", "NOSHOW"];
+pub const APPOINTMENT_STATUSES: [&str; 7] =
+    ["HELD", "BOOKED", "CANCELLED", "EXPIRED", "ARRIVED", "FULFILLED", "NOSHOW"];
 /// The statuses the overlap rule counts after this migration (those that hold a seat).
 pub const OVERLAPPING_STATUSES: [&str; 5] = ["HELD", "BOOKED", "ARRIVED", "FULFILLED", "NOSHOW"];
 /// The statuses the overlap rule counted before it.
@@ -100,7 +101,8 @@ fn postgres_alter(statuses: &[&str], overlapping: &[&str], desk: bool) -> String
             pg_array(&["ARRIVED", "FULFILLED"])
         ));
     } else {
-        clauses.insert(0, "DROP CONSTRAINT ck_appointment_desk, DROP COLUMN arrived_at, DROP COLUMN completed_at".into());
+        clauses
+            .insert(0, "DROP CONSTRAINT ck_appointment_desk, DROP COLUMN arrived_at, DROP COLUMN completed_at".into());
     }
     format!("ALTER TABLE appointment {}", clauses.join(", "))
 }

@@ -568,11 +568,11 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
     use sqlx::Row;
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         concat!(
-        "SELECT l.i, ",
-        slot_columns!("s"),
-        ", ",
-        appointment_columns!("k"),
-        ", c.overlaps, c.holds_seat \
+            "SELECT l.i, ",
+            slot_columns!("s"),
+            ", ",
+            appointment_columns!("k"),
+            ", c.overlaps, c.holds_seat \
         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY \
              AS l(booked_by, key, slot_id, patient_id, i) \
         LEFT JOIN time_slot s ON s.id = l.slot_id \

@@ -78,15 +78,8 @@ pub const TRANSITIONS: [(AppointmentStatus, AppointmentStatus); 7] = {
 
 impl AppointmentStatus {
     /// Every status, in the order of an appointment's life.
-    pub const ALL: [Self; 7] = [
-        Self::Held,
-        Self::Booked,
-        Self::Cancelled,
-        Self::Expired,
-        Self::Arrived,
-        Self::Fulfilled,
-        Self::NoShow,
-    ];
+    pub const ALL: [Self; 7] =
+        [Self::Held, Self::Booked, Self::Cancelled, Self::Expired, Self::Arrived, Self::Fulfilled, Self::NoShow];
 
     /// This status's row of [`LIFECYCLE`].
     pub fn rule(self) -> &'static StatusRule {

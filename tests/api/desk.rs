@@ -62,13 +62,8 @@ async fn booked(app: &TestApp, slot: &str, patient_id: u64, key: &str) -> String
 }
 
 async fn fhir_status(app: &TestApp, id: &str) -> String {
-    let resp = app
-        .client
-        .get(format!("{}/fhir/Appointment/{id}", app.address))
-        .bearer_auth(admin())
-        .send()
-        .await
-        .unwrap();
+    let resp =
+        app.client.get(format!("{}/fhir/Appointment/{id}", app.address)).bearer_auth(admin()).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     let v: Value = resp.json().await.unwrap();
     v["status"].as_str().unwrap().to_owned()
@@ -135,8 +130,7 @@ async fn only_admins_and_the_appointments_doctor_move_it() {
     let (other_doctor, _) = app.doctor_with_slot(1).await;
     let own = booked(&app, &slot, 77, "k1").await;
     let acme = partner("acme");
-    let by_partner =
-        app.book(&acme, &slot, "k2", Some("78")).await["appointment"]["id"].as_str().unwrap().to_owned();
+    let by_partner = app.book(&acme, &slot, "k2", Some("78")).await["appointment"]["id"].as_str().unwrap().to_owned();
     for op in ["checkInAppointment", "completeAppointment", "markNoShow"] {
         // Those who may not see it: as if it did not exist.
         for token in [doctor(&other_doctor), patient(79), partner("other")] {
@@ -352,8 +346,7 @@ async fn a_patient_at_the_no_show_limit_is_refused_new_seats_but_not_by_admins()
     let database = TestDatabase::new().await;
     let app = TestApp::spawn_on(&database, &[("NO_SHOW_LIMIT", "1")]).await;
     let p = patient(77);
-    app.gql(Some(&p), "mutation{setPatientContact(input:{phone:\"+15555550100\"}){userErrors{code}}}", json!({}))
-        .await;
+    app.gql(Some(&p), "mutation{setPatientContact(input:{phone:\"+15555550100\"}){userErrors{code}}}", json!({})).await;
     assert_eq!(no_show_count(&app, &p, 77).await, 0);
     let (d, slot, start) = slot_ahead(&app, TimeDelta::zero(), 1).await;
     let missed = booked(&app, &slot, 77, "missed").await;

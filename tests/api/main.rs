@@ -7,8 +7,8 @@
 mod backend;
 mod booking;
 mod browser;
-mod desk;
 mod burst;
+mod desk;
 mod direct;
 mod fhir;
 mod fields;

@@ -95,9 +95,9 @@ impl Model {
             rescheduled_to: state.rescheduled_to,
             // Set once by the desk's moves and never changed after: as the event left them
             // when the event's status had them.
-            arrived_at: self.arrived_at.filter(|_| {
-                matches!(state.status, AppointmentStatus::Arrived | AppointmentStatus::Fulfilled)
-            }),
+            arrived_at: self
+                .arrived_at
+                .filter(|_| matches!(state.status, AppointmentStatus::Arrived | AppointmentStatus::Fulfilled)),
             completed_at: self.completed_at.filter(|_| state.status == AppointmentStatus::Fulfilled),
             ..self.clone()
         }
