@@ -192,6 +192,8 @@ pub enum RefusalCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// The patient missed `NO_SHOW_LIMIT` or more appointments in the last 365 days.
+    NoShowLimitReached,
 }
 
 impl RefusalCode {
@@ -210,6 +212,7 @@ impl RefusalCode {
             Self::AppointmentNotActive => "APPOINTMENT_NOT_ACTIVE",
             Self::SlotClosed => "SLOT_CLOSED",
             Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
+            Self::NoShowLimitReached => "NO_SHOW_LIMIT_REACHED",
         }
     }
 }
@@ -290,6 +293,19 @@ impl Refusal {
     /// `APPOINTMENT_NOT_ACTIVE`, about the field that named the appointment.
     pub(crate) fn not_active(field: Fault) -> Self {
         Self::about(RefusalCode::AppointmentNotActive, field, "this appointment is cancelled or expired")
+    }
+
+    /// `APPOINTMENT_NOT_ACTIVE` for a desk move from a state it does not start from.
+    pub(crate) fn not_in_state(field: Fault, status: &str) -> Self {
+        Self::about(RefusalCode::AppointmentNotActive, field, format!("this appointment is {status}"))
+    }
+
+    /// `NO_SHOW_LIMIT_REACHED`.
+    pub(crate) fn no_show_limit() -> Self {
+        Self::new(
+            RefusalCode::NoShowLimitReached,
+            "this patient missed too many appointments in the last 365 days to book online; please call the clinic",
+        )
     }
 
     /// `HOLD_EXPIRED`, about the field that named the appointment.

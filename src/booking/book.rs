@@ -86,6 +86,8 @@ struct Parsed<'a> {
     scope: String,
     fingerprint: String,
     minutes: Option<i64>,
+    /// An admin's request, which `NO_SHOW_LIMIT` never refuses.
+    by_admin: bool,
 }
 
 /// What concurrent retries of one request share: the leader's answer, or the reason it did
@@ -167,7 +169,10 @@ impl BookingService {
         if let Err(retry_after_secs) = allowed {
             return self.rate_limited(p, retry_after_secs).await;
         }
-        let outcome = if known_full.is_some() {
+        // Before any seat is taken; a retry of an earlier success is still its replay.
+        let outcome = if self.over_no_show_limit(p.patient_id, p.by_admin).await? {
+            Ok(self.replay(p).await?.unwrap_or_else(|| Err(Refusal::no_show_limit())))
+        } else if known_full.is_some() {
             self.answer_known_full(p).await
         } else {
             let entered = self.enter_bulkhead().await?;
@@ -448,5 +453,6 @@ fn parse<'a>(
         scope: caller.scope(),
         fingerprint: booking_fingerprint(op.name(), slot_id, patient_id, minutes),
         minutes,
+        by_admin: caller.role == crate::auth::Role::Admin,
     }))
 }

@@ -59,6 +59,11 @@ impl BookingService {
             // Not active any more (cancelled, expired, or a concurrent transition won).
             let current =
                 appointments::find_record(self.db.conn(), id).await?.map_or(record.appointment, |r| r.appointment);
+            // The desk's statuses keep their seat for good: that is a refusal, not a repeat.
+            if current.status().holds_seat() && !current.status().is_open() {
+                let word = current.status().as_str().to_lowercase();
+                return Ok(Err(Refusal::not_in_state(Field::Id.as_param(), &word)));
+            }
             return Ok(Ok(Cancelled { appointment: current, cancelled: false }));
         };
         self.committed(&changes).await;

@@ -63,7 +63,11 @@ impl BookingService {
             appointments::find_record(self.db.conn(), id).await?.map_or(record.appointment, |r| r.appointment);
         Ok(match current.status() {
             AppointmentStatus::Booked => Ok(Confirmed { appointment: current, confirmed: false }),
-            AppointmentStatus::Cancelled => Err(Refusal::not_active(Field::Id.as_param())),
+            // Cancelled, or moved on by the desk.
+            AppointmentStatus::Cancelled
+            | AppointmentStatus::Arrived
+            | AppointmentStatus::Fulfilled
+            | AppointmentStatus::NoShow => Err(Refusal::not_active(Field::Id.as_param())),
             // Held but past its expiry (whether or not the expiry job has run), or expired.
             AppointmentStatus::Held | AppointmentStatus::Expired => Err(Refusal::hold_expired(Field::Id.as_param())),
         })

@@ -15,6 +15,7 @@ mod cancel;
 mod changes;
 mod close;
 mod confirm;
+mod desk;
 mod expire;
 pub mod find;
 pub mod hours;
@@ -30,6 +31,7 @@ pub use book::{BookRequest, Booked};
 pub use cancel::Cancelled;
 pub use close::{CloseRequest, Closed};
 pub use confirm::Confirmed;
+pub use desk::{DeskMove, Moved};
 pub use expire::ExpiryJob;
 pub use find::{FindRequest, FoundSlots, SlotPosition};
 pub use hours::{
@@ -83,6 +85,8 @@ pub struct BookingService {
     flights: Arc<crate::guard::flights::Flights<book::FlightKey, book::Shared>>,
     /// Searched specialties as the database folds them (see [`find`]'s stamps).
     folded_specialties: find::Folds,
+    /// No-shows in the last 365 days that stop a patient's new bookings (`NO_SHOW_LIMIT`; 0: none).
+    no_show_limit: u32,
 }
 
 /// The doctor a change of schedule names, when `caller` may change it: a malformed id is a
@@ -118,7 +122,14 @@ impl BookingService {
             roll_share_percent: settings::DEFAULT_ROLL_SHARE_PERCENT,
             flights: Arc::default(),
             folded_specialties: find::Folds::default(),
+            no_show_limit: 0,
         }
+    }
+
+    /// The same service refusing new bookings and holds to patients with `limit` or more
+    /// no-shows in the last 365 days (0: no limit).
+    pub fn with_no_show_limit(self, limit: u32) -> Self {
+        Self { no_show_limit: limit, ..self }
     }
 
     /// The same service with working hours making slots `days` ahead.
@@ -137,6 +148,7 @@ impl BookingService {
             .with_offer_ttl(settings.waitlist_offer_ttl)
             .with_horizon_days(settings.horizon_days)
             .with_roll_share(settings.roll_share_percent)
+            .with_no_show_limit(settings.no_show_limit)
     }
 
     /// The same service with the daily roll taking `percent` of one connection's time.

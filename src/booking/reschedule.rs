@@ -253,6 +253,7 @@ fn movable(a: &appointment::Model, now: DateTime<Utc>) -> bool {
     match a.status() {
         AppointmentStatus::Booked => true,
         AppointmentStatus::Held => a.expires_at.is_some_and(|e| e > now),
-        AppointmentStatus::Cancelled | AppointmentStatus::Expired => false,
+        // Cancelled, expired, or reached by the desk: no longer open.
+        _ => false,
     }
 }

@@ -32,6 +32,9 @@ pub struct Settings {
     /// 100: no pause). The day it makes is the horizon's far end, so it yields to bookings;
     /// catching up (a new doctor, a first start, an outage) runs at full speed.
     pub roll_share_percent: u32,
+    /// No-shows in the last 365 days at which a patient is refused new bookings and holds
+    /// (`NO_SHOW_LIMIT`, default 0: no limit); admins booking for the patient are not refused.
+    pub no_show_limit: u32,
 }
 
 impl Settings {
@@ -49,6 +52,7 @@ impl Settings {
                 1..=100,
                 "a percentage from 1 to 100",
             )?,
+            no_show_limit: r.number("NO_SHOW_LIMIT", 0, 0..=10_000, "a number of no-shows (0: no limit)")?,
         })
     }
 }
@@ -68,6 +72,8 @@ mod tests {
         assert_eq!(c.horizon_days, 14);
         assert_eq!(c.horizon_poll, Duration::from_secs(300));
         assert_eq!(c.roll_share_percent, 10);
+        assert_eq!(c.no_show_limit, 0);
+        assert_eq!(config(&[("NO_SHOW_LIMIT", "3")])?.booking.no_show_limit, 3);
         for (var, bad) in [
             ("HOLD_TTL_SECS", "0"),
             ("HOLD_TTL_SECS", "10m"),
@@ -79,6 +85,8 @@ mod tests {
             ("SCHEDULE_HORIZON_POLL_SECS", "3601"),
             ("SCHEDULE_ROLL_SHARE_PERCENT", "0"),
             ("SCHEDULE_ROLL_SHARE_PERCENT", "101"),
+            ("NO_SHOW_LIMIT", "-1"),
+            ("NO_SHOW_LIMIT", "many"),
         ] {
             assert_eq!(config(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
         }

@@ -18,8 +18,16 @@ use super::{
 };
 use crate::model::{AppointmentStatus, CancelledBy};
 
-/// The statuses that take a seat, as stored.
-pub const ACTIVE: [&str; 2] = [appointment::HELD, appointment::BOOKED];
+/// The statuses that may still be cancelled, rescheduled or closed away (giving their seats
+/// back), as stored: the lifecycle table's open ones.
+fn open_words() -> Vec<&'static str> {
+    AppointmentStatus::words(|r| r.open)
+}
+
+/// The statuses the overlap rule counts, as stored.
+fn overlapping_words() -> Vec<&'static str> {
+    AppointmentStatus::words(|r| r.overlaps)
+}
 
 /// An appointment with the doctor of its slot: everything the visibility rule needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -247,7 +255,7 @@ pub async fn mark_cancelled(
 ) -> Result<Option<appointment::Model>, StoreError> {
     let mut rows = cancelling(now, by)
         .filter(appointment::Column::Id.eq(id))
-        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(appointment::Column::Status.is_in(open_words()))
         .exec_with_returning(conn)
         .await?;
     Ok(rows.pop())
@@ -292,7 +300,7 @@ pub async fn cancel_in_slots(
         .and_where(appointment_slot::Column::SlotId.is_in(slot_ids.iter().copied()))
         .to_owned();
     Ok(cancelling(now, by)
-        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(appointment::Column::Status.is_in(open_words()))
         .filter(
             Condition::any()
                 .add(appointment::Column::SlotId.is_in(slot_ids.iter().copied()))
@@ -326,6 +334,87 @@ pub async fn mark_confirmed(
         .exec_with_returning(conn)
         .await?;
     Ok(rows.pop())
+}
+
+/// One of the desk's conditional transitions (`BOOKED` → `ARRIVED` or `NOSHOW`, `ARRIVED` →
+/// `FULFILLED`), stamping `arrived_at` or `completed_at` with `now`. `None` when the row was
+/// not in `from` (a repeat, another state, or a concurrent transition won). No seat moves.
+pub async fn mark_desk(
+    conn: &impl ConnectionTrait,
+    id: i64,
+    from: AppointmentStatus,
+    to: AppointmentStatus,
+    now: DateTime<Utc>,
+) -> Result<Option<appointment::Model>, StoreError> {
+    if !from.may_become(to) {
+        return Err(StoreError::Inconsistent(format!("{from:?} -> {to:?} is no transition of the lifecycle")));
+    }
+    let mut update = appointment::Entity::update_many().col_expr(appointment::Column::Status, Expr::value(to.as_str()));
+    match to {
+        AppointmentStatus::Arrived => update = update.col_expr(appointment::Column::ArrivedAt, Expr::value(now)),
+        AppointmentStatus::Fulfilled => update = update.col_expr(appointment::Column::CompletedAt, Expr::value(now)),
+        _ => {}
+    }
+    let mut rows = update
+        .filter(appointment::Column::Id.eq(id))
+        .filter(appointment::Column::Status.eq(from.as_str()))
+        .exec_with_returning(conn)
+        .await?;
+    Ok(rows.pop())
+}
+
+/// The appointments whose first slot is one of the doctor's starting in `[from, to)`, every
+/// status but `EXPIRED`, by the slot's start then id: a range of the slots' `(doctor_id,
+/// start_at)` index, then each slot's appointments by `ix_appointment_slot`.
+pub async fn day_sheet(
+    conn: &impl ConnectionTrait,
+    doctor_id: i64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Vec<AppointmentRecord>, StoreError> {
+    use appointment::Column as A;
+    use time_slot::Column as S;
+    let mut q = Query::select();
+    q.column((appointment::Entity, Asterisk))
+        .column((time_slot::Entity, S::DoctorId))
+        .from(time_slot::Entity)
+        .inner_join(appointment::Entity, Expr::col((appointment::Entity, A::SlotId)).equals((time_slot::Entity, S::Id)))
+        .and_where(Expr::col((time_slot::Entity, S::DoctorId)).eq(doctor_id))
+        .and_where(Expr::col((time_slot::Entity, S::StartAt)).gte(from))
+        .and_where(Expr::col((time_slot::Entity, S::StartAt)).lt(to))
+        .and_where(Expr::col((appointment::Entity, A::Status)).ne(appointment::EXPIRED))
+        .order_by((time_slot::Entity, S::StartAt), sea_orm::Order::Asc)
+        .order_by((appointment::Entity, A::Id), sea_orm::Order::Asc);
+    let rows = conn.query_all(&q).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(AppointmentRecord {
+                appointment: appointment::Model::from_query_result(row, "")?,
+                doctor_id: row.try_get("", "doctor_id")?,
+            })
+        })
+        .collect::<Result<_, DbErr>>()
+        .map_err(StoreError::from)
+}
+
+/// How many `NOSHOW` appointments of the patient started at or after `since`: a few entries
+/// of `ix_appointment_noshow` (the predicate is written into the text so that both databases
+/// can prove the partial index applies).
+pub async fn no_show_count(
+    conn: &impl ConnectionTrait,
+    patient_id: i64,
+    since: DateTime<Utc>,
+) -> Result<i64, StoreError> {
+    let backend = conn.get_database_backend();
+    let sql = format!(
+        "SELECT count(*) AS n FROM appointment WHERE patient_id = $1 AND status = '{}' AND start_at >= $2",
+        appointment::NOSHOW
+    );
+    let row = conn
+        .query_one_raw(sea_orm::Statement::from_sql_and_values(backend, sql, [patient_id.into(), since.into()]))
+        .await?
+        .ok_or_else(|| StoreError::Inconsistent("count answered no row".into()))?;
+    Ok(row.try_get("", "n")?)
 }
 
 /// The expiry's conditional transition `HELD` → `EXPIRED` for up to `limit` holds that ran
@@ -406,7 +495,7 @@ pub struct Conflicts {
     pub overlaps: bool,
 }
 
-/// The patient's active appointments against the run `slot_ids` spanning `[start, end)`,
+/// The patient's appointments the overlap rule counts against the run `slot_ids` spanning `[start, end)`,
 /// leaving out `except` (the appointment a reschedule moves). Read only to word a refusal.
 pub async fn conflicts(
     conn: &impl ConnectionTrait,
@@ -417,7 +506,7 @@ pub async fn conflicts(
 ) -> Result<Conflicts, StoreError> {
     let mut q = appointment::Entity::find()
         .filter(appointment::Column::PatientId.eq(patient_id))
-        .filter(appointment::Column::Status.is_in(ACTIVE))
+        .filter(appointment::Column::Status.is_in(overlapping_words()))
         .filter(appointment::Column::StartAt.lt(end))
         .filter(appointment::Column::EndAt.gt(start));
     if let Some(id) = except {
@@ -477,12 +566,13 @@ pub struct KeyOrSeatFound {
 pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Vec<KeyOrSeatFound>, StoreError> {
     use super::rows::{appointment_at, decode_error, slot_at, SLOT_WIDTH};
     use sqlx::Row;
-    const SQL: &str = concat!(
-        "SELECT l.i, ",
-        slot_columns!("s"),
-        ", ",
-        appointment_columns!("k"),
-        ", c.overlaps, c.holds_seat \
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        concat!(
+            "SELECT l.i, ",
+            slot_columns!("s"),
+            ", ",
+            appointment_columns!("k"),
+            ", c.overlaps, c.holds_seat \
         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) WITH ORDINALITY \
              AS l(booked_by, key, slot_id, patient_id, i) \
         LEFT JOIN time_slot s ON s.id = l.slot_id \
@@ -491,11 +581,14 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
         LEFT JOIN LATERAL (SELECT count(*) > 0 AS overlaps, \
                                   coalesce(bool_or(o.slot_id = l.slot_id OR EXISTS (SELECT 1 FROM appointment_slot x \
                                     WHERE x.appointment_id = o.id AND x.slot_id = l.slot_id)), false) AS holds_seat \
-                           FROM appointment o WHERE o.patient_id = l.patient_id AND o.status IN ('HELD', 'BOOKED') \
+                           FROM appointment o WHERE o.patient_id = l.patient_id AND o.status IN {overlapping} \
                            AND tstzrange(o.start_at, o.end_at) && tstzrange(s.start_at, s.end_at)) c ON true \
         ORDER BY l.i"
-    );
-    let query = sqlx::query(SQL)
+        )
+        // The same list as the exclusion constraint's predicate, so its index serves the probe.
+        .replace("{overlapping}", &AppointmentStatus::sql_list(|r| r.overlaps))
+    });
+    let query = sqlx::query(SQL.as_str())
         .bind(lookups.iter().map(|l| l.booked_by.as_str()).collect::<Vec<_>>())
         .bind(lookups.iter().map(|l| l.key.as_str()).collect::<Vec<_>>())
         .bind(lookups.iter().map(|l| l.slot_id).collect::<Vec<_>>())
@@ -527,4 +620,15 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
         found.push(KeyOrSeatFound { by_key, conflicts, slot });
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migrations_lists_are_the_lifecycle_tables() {
+        assert_eq!(AppointmentStatus::words(|_| true), migration::APPOINTMENT_STATUSES);
+        assert_eq!(overlapping_words(), migration::OVERLAPPING_STATUSES);
+    }
 }

@@ -89,6 +89,8 @@ fn new_row(id: i64, slot: &time_slot::Model, new: &NewAppointment<'_>, at: DateT
         rescheduled_from: None,
         rescheduled_to: None,
         first_booked_by: None,
+        arrived_at: None,
+        completed_at: None,
     }
 }
 

@@ -302,8 +302,9 @@ pub async fn active_in_slots(
     let mut sql = Sql::new(conn);
     let ids = sql.ids(slot_ids);
     let ids2 = sql.ids(slot_ids);
+    let open = crate::model::AppointmentStatus::sql_list(|r| r.open);
     let stmt = sql.statement(format!(
-        "SELECT * FROM appointment WHERE status IN ('HELD', 'BOOKED') AND (slot_id IN {ids} \
+        "SELECT * FROM appointment WHERE status IN {open} AND (slot_id IN {ids} \
            OR id IN (SELECT appointment_id FROM appointment_slot WHERE slot_id IN {ids2})) \
          ORDER BY start_at, id"
     ));

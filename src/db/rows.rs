@@ -75,7 +75,11 @@ macro_rules! appointment_columns {
             $a,
             ".rescheduled_to, ",
             $a,
-            ".first_booked_by"
+            ".first_booked_by, ",
+            $a,
+            ".arrived_at, ",
+            $a,
+            ".completed_at"
         )
     };
 }
@@ -83,7 +87,7 @@ macro_rules! appointment_columns {
 /// How many columns `slot_columns!` names.
 pub(crate) const SLOT_WIDTH: usize = 9;
 /// How many columns `appointment_columns!` names.
-pub(crate) const APPOINTMENT_WIDTH: usize = 17;
+pub(crate) const APPOINTMENT_WIDTH: usize = 19;
 
 /// The `time_slot` columns of `row` from position `at` on, as `slot_columns!` lists them.
 pub(crate) fn slot_at(row: &PgRow, at: usize) -> Result<time_slot::Model, StoreError> {
@@ -121,6 +125,8 @@ pub(crate) fn appointment_at(row: &PgRow, at: usize) -> Result<appointment::Mode
         rescheduled_from: get(row, at + 14)?,
         rescheduled_to: get(row, at + 15)?,
         first_booked_by: get(row, at + 16)?,
+        arrived_at: get(row, at + 17)?,
+        completed_at: get(row, at + 18)?,
     })
 }
 

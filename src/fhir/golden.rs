@@ -64,6 +64,8 @@ fn appointment(status: &str) -> appointment::Model {
         rescheduled_from: None,
         rescheduled_to: None,
         first_booked_by: None,
+        arrived_at: None,
+        completed_at: None,
     }
 }
 
@@ -119,6 +121,12 @@ fn appointments() {
         ..appointment("CANCELLED")
     };
     check("appointment-cancelled", Resource::Appointment(map::appointment(&cancelled, 3, tz, &[12, 13])));
+    let arrived = appointment::Model { arrived_at: Some(at(7, 55)), ..appointment("ARRIVED") };
+    check("appointment-arrived", Resource::Appointment(map::appointment(&arrived, 3, tz, &[12, 13])));
+    let fulfilled = appointment::Model { completed_at: Some(at(8, 25)), ..arrived.clone() };
+    let fulfilled = appointment::Model { status: "FULFILLED".into(), ..fulfilled };
+    check("appointment-fulfilled", Resource::Appointment(map::appointment(&fulfilled, 3, tz, &[12, 13])));
+    check("appointment-noshow", Resource::Appointment(map::appointment(&appointment("NOSHOW"), 3, tz, &[12, 13])));
     let slot = crate::db::entity::time_slot::Model {
         id: 12,
         doctor_id: 3,

@@ -226,6 +226,9 @@ pub fn appointment(a: &appointment::Model, doctor_id: i64, tz: Tz, slot_ids: &[i
         AppointmentStatus::Held => "pending",
         AppointmentStatus::Booked => "booked",
         AppointmentStatus::Cancelled | AppointmentStatus::Expired => "cancelled",
+        AppointmentStatus::Arrived => "arrived",
+        AppointmentStatus::Fulfilled => "fulfilled",
+        AppointmentStatus::NoShow => "noshow",
     };
     let cancelled = matches!(status, AppointmentStatus::Cancelled | AppointmentStatus::Expired);
     let mut extension = Vec::new();

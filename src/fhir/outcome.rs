@@ -14,7 +14,7 @@
 //! | `SLOT_FULL`, `ALREADY_BOOKED`, `OVERLAPPING_APPOINTMENT`, `HOLD_EXPIRED`, `IDEMPOTENCY_KEY_REUSED`, `SLOT_CLOSED`, `APPOINTMENT_NOT_ACTIVE`, `ALREADY_ON_WAITLIST` | 409 | `conflict` |
 //! | `UNSUPPORTED_MEDIA_TYPE` | 415 | `not-supported` |
 //! | `INVALID_INPUT` | 422 | `invalid` |
-//! | `SLOT_IN_PAST` | 422 | `business-rule` |
+//! | `SLOT_IN_PAST`, `NO_SHOW_LIMIT_REACHED` | 422 | `business-rule` |
 //! | `RATE_LIMITED` | 429 | `throttled` |
 //! | `INTERNAL` | 500 | `exception` |
 //! | `OVERLOADED`, `UNAVAILABLE` (the feed's first build) | 503 | `transient` |
@@ -98,7 +98,7 @@ impl FhirError {
             | "ALREADY_ON_WAITLIST" => (StatusCode::CONFLICT, "conflict"),
             "UNSUPPORTED_MEDIA_TYPE" => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "not-supported"),
             "INVALID_INPUT" => (StatusCode::UNPROCESSABLE_ENTITY, "invalid"),
-            "SLOT_IN_PAST" => (StatusCode::UNPROCESSABLE_ENTITY, "business-rule"),
+            "SLOT_IN_PAST" | "NO_SHOW_LIMIT_REACHED" => (StatusCode::UNPROCESSABLE_ENTITY, "business-rule"),
             "RATE_LIMITED" => (StatusCode::TOO_MANY_REQUESTS, "throttled"),
             "OVERLOADED" | "UNAVAILABLE" => (StatusCode::SERVICE_UNAVAILABLE, "transient"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "exception"),

@@ -1,7 +1,7 @@
 //! Contact details: `setPatientContact` and `patientContact`, thin over
 //! [`ContactService`](crate::notify::ContactService).
 
-use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
+use async_graphql::{ComplexObject, Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
 
 use super::{context::caller, error::IntoGraphql, types::UserError};
 use crate::notify::{Contact, ContactInput, ContactService, Field};
@@ -32,6 +32,7 @@ pub struct PatientContactPayload {
 
 /// Where a patient's messages go.
 #[derive(SimpleObject, Clone, Debug)]
+#[graphql(complex)]
 pub struct PatientContact {
     /// The patient.
     pub patient_id: ID,
@@ -46,6 +47,16 @@ pub struct PatientContact {
 impl From<Contact> for PatientContact {
     fn from(c: Contact) -> Self {
         Self { patient_id: ID(c.patient_id.to_string()), email: c.email, phone: c.phone, locale: c.locale }
+    }
+}
+
+#[ComplexObject]
+impl PatientContact {
+    /// The patient's appointments marked NOSHOW in the last 365 days (by their start).
+    async fn no_show_count(&self, ctx: &Context<'_>) -> Result<i32> {
+        let patient_id = self.patient_id.parse::<i64>().map_err(|_| super::error::internal())?;
+        let count = ctx.data::<crate::booking::BookingService>()?.no_show_count(patient_id).await.gql()?;
+        Ok(i32::try_from(count).unwrap_or(i32::MAX))
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod answer;
 pub mod context;
 mod cursor;
+pub mod desk;
 pub mod error;
 pub mod find;
 pub mod hours;
@@ -46,6 +47,7 @@ pub struct QueryRoot(
     MessagesQuery,
     WebhookQuery,
     hours::HoursQuery,
+    desk::DeskQuery,
 );
 
 /// Write operations.
@@ -57,6 +59,7 @@ pub struct MutationRoot(
     MessagesMutation,
     WebhookMutation,
     hours::HoursMutation,
+    desk::DeskMutation,
 );
 
 /// The served schema.

@@ -139,7 +139,8 @@ impl Slot {
     }
 }
 
-/// Where an appointment is in its life. HELD and BOOKED take a seat.
+/// Where an appointment is in its life. HELD, BOOKED, ARRIVED, FULFILLED and NOSHOW take a
+/// seat; only HELD and BOOKED may still be cancelled or rescheduled.
 #[derive(Enum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AppointmentStatus {
     /// A seat kept until `expiresAt`, waiting for `confirmAppointment`.
@@ -150,6 +151,13 @@ pub enum AppointmentStatus {
     Cancelled,
     /// A hold that was not confirmed in time; the seat was given back.
     Expired,
+    /// The patient checked in at the desk (`arrivedAt`).
+    Arrived,
+    /// The patient was seen (`completedAt`).
+    Fulfilled,
+    /// The patient did not come.
+    #[graphql(name = "NOSHOW")]
+    NoShow,
 }
 
 impl From<model::AppointmentStatus> for AppointmentStatus {
@@ -159,6 +167,9 @@ impl From<model::AppointmentStatus> for AppointmentStatus {
             model::AppointmentStatus::Booked => Self::Booked,
             model::AppointmentStatus::Cancelled => Self::Cancelled,
             model::AppointmentStatus::Expired => Self::Expired,
+            model::AppointmentStatus::Arrived => Self::Arrived,
+            model::AppointmentStatus::Fulfilled => Self::Fulfilled,
+            model::AppointmentStatus::NoShow => Self::NoShow,
         }
     }
 }
@@ -254,6 +265,16 @@ impl Appointment {
         self.0.cancelled_at
     }
 
+    /// When the patient checked in (set from ARRIVED on).
+    async fn arrived_at(&self) -> Option<DateTime<Utc>> {
+        self.0.arrived_at
+    }
+
+    /// When the patient was seen (set on FULFILLED).
+    async fn completed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.completed_at
+    }
+
     /// Who cancelled it (for a reschedule: whoever rescheduled).
     async fn cancelled_by(&self) -> Option<CancelledBy> {
         self.0.cancelled_by.as_deref().and_then(model::CancelledBy::parse).map(Into::into)
@@ -319,6 +340,8 @@ pub enum UserErrorCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// The patient missed `NO_SHOW_LIMIT` or more appointments in the last 365 days.
+    NoShowLimitReached,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -336,6 +359,7 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::AppointmentNotActive => Self::AppointmentNotActive,
             RefusalCode::SlotClosed => Self::SlotClosed,
             RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
+            RefusalCode::NoShowLimitReached => Self::NoShowLimitReached,
         }
     }
 }
@@ -534,6 +558,18 @@ pub struct CancelAppointmentPayload {
     /// True when this call cancelled it; false when it was cancelled already.
     pub cancelled: bool,
     /// Why the cancel was refused; empty otherwise.
+    pub user_errors: Vec<UserError>,
+}
+
+/// The answer to `checkInAppointment`, `completeAppointment` and `markNoShow`.
+#[derive(SimpleObject)]
+#[graphql(serial)]
+pub struct AppointmentTransitionPayload {
+    /// The appointment as it is now, unless refused.
+    pub appointment: Option<Appointment>,
+    /// True when this call moved it; false when it was already in the target state.
+    pub changed: bool,
+    /// Why the move was refused; empty otherwise.
     pub user_errors: Vec<UserError>,
 }
 

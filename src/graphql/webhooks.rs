@@ -125,6 +125,13 @@ pub enum WebhookEventType {
     AppointmentExpired,
     /// `appointment.rescheduled`: the new appointment of a reschedule.
     AppointmentRescheduled,
+    /// `appointment.arrived`: the patient checked in at the desk.
+    AppointmentArrived,
+    /// `appointment.fulfilled`: the patient was seen.
+    AppointmentFulfilled,
+    /// `appointment.noshow`: the patient did not come.
+    #[graphql(name = "APPOINTMENT_NOSHOW")]
+    AppointmentNoShow,
 }
 
 impl From<WebhookEventType> for EventType {
@@ -136,6 +143,9 @@ impl From<WebhookEventType> for EventType {
             WebhookEventType::AppointmentCancelled => Self::Cancelled,
             WebhookEventType::AppointmentExpired => Self::Expired,
             WebhookEventType::AppointmentRescheduled => Self::Rescheduled,
+            WebhookEventType::AppointmentArrived => Self::Arrived,
+            WebhookEventType::AppointmentFulfilled => Self::Fulfilled,
+            WebhookEventType::AppointmentNoShow => Self::NoShow,
         }
     }
 }
@@ -149,6 +159,9 @@ impl From<EventType> for WebhookEventType {
             EventType::Cancelled => Self::AppointmentCancelled,
             EventType::Expired => Self::AppointmentExpired,
             EventType::Rescheduled => Self::AppointmentRescheduled,
+            EventType::Arrived => Self::AppointmentArrived,
+            EventType::Fulfilled => Self::AppointmentFulfilled,
+            EventType::NoShow => Self::AppointmentNoShow,
         }
     }
 }

@@ -69,7 +69,11 @@ pub fn sequence(event: AppointmentEvent) -> u32 {
         | AppointmentEvent::Held
         | AppointmentEvent::Offered
         | AppointmentEvent::Rescheduled => 0,
-        AppointmentEvent::Confirmed => 1,
+        // The desk's events send no message; were they to, they keep the visit in place.
+        AppointmentEvent::Confirmed
+        | AppointmentEvent::Arrived
+        | AppointmentEvent::Fulfilled
+        | AppointmentEvent::NoShow => 1,
         AppointmentEvent::Cancelled | AppointmentEvent::Expired => CANCEL_SEQUENCE,
     }
 }

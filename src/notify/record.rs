@@ -106,6 +106,9 @@ fn messages_for(
     reminder_before: Duration,
     now: DateTime<Utc>,
 ) -> Result<Vec<NewMessage>, StoreError> {
+    if !n.event.tells_patient() {
+        return Ok(Vec::new());
+    }
     let facts = serde_json::to_string(&Facts::of(n.event, subject, n.state.as_ref(), n.committed_at))
         .map_err(|e| StoreError::Inconsistent(format!("message facts: {e}")))?;
     let reminder_at = reminder_due(n.event, subject, reminder_before, now);

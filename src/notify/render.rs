@@ -159,9 +159,12 @@ fn calendars(sender: &Sender, t: &dyn Texts, d: &Draft<'_>) -> Vec<Calendar> {
         AppointmentEvent::Cancelled | AppointmentEvent::Expired => (Method::Cancel, "CANCELLED"),
         AppointmentEvent::Held | AppointmentEvent::Offered => (Method::Request, "TENTATIVE"),
         AppointmentEvent::Rescheduled if f.expires_at.is_some() => (Method::Request, "TENTATIVE"),
-        AppointmentEvent::Booked | AppointmentEvent::Confirmed | AppointmentEvent::Rescheduled => {
-            (Method::Request, "CONFIRMED")
-        }
+        AppointmentEvent::Booked
+        | AppointmentEvent::Confirmed
+        | AppointmentEvent::Rescheduled
+        | AppointmentEvent::Arrived
+        | AppointmentEvent::Fulfilled
+        | AppointmentEvent::NoShow => (Method::Request, "CONFIRMED"),
     };
     let this = ics::Event {
         uid: ics::uid(f.appointment_id, &sender.domain),

@@ -83,6 +83,10 @@ impl Texts for English {
             Kind::Event(AppointmentEvent::Expired) => "Hold expired",
             Kind::Event(AppointmentEvent::Rescheduled) => "Appointment moved",
             Kind::Event(AppointmentEvent::Offered) => "A seat was freed for you",
+            // The desk's events are not told to patients (`AppointmentEvent::tells_patient`).
+            Kind::Event(AppointmentEvent::Arrived) => "Checked in",
+            Kind::Event(AppointmentEvent::Fulfilled) => "Visit completed",
+            Kind::Event(AppointmentEvent::NoShow) => "Missed appointment",
             Kind::Reminder => "Reminder",
         };
         format!("{what}: {}, {}", w.doctor, w.when_short)
@@ -118,6 +122,9 @@ impl Texts for English {
                 "A seat was freed with {doctor} and is held for you{until}. Confirm it before then to keep it; \
                  otherwise it goes to the next person waiting."
             ),
+            Kind::Event(AppointmentEvent::Arrived) => format!("You checked in for your appointment with {doctor}."),
+            Kind::Event(AppointmentEvent::Fulfilled) => format!("Your appointment with {doctor} is completed."),
+            Kind::Event(AppointmentEvent::NoShow) => format!("You missed your appointment with {doctor}."),
             Kind::Reminder => format!("A reminder of your appointment with {doctor}."),
         };
         let mut out = vec![first, format!("When: {}", w.when)];
@@ -159,6 +166,9 @@ impl Texts for English {
             Kind::Event(AppointmentEvent::Offered) => {
                 format!("A seat was freed and is held for you{until}: {doctor}, {when}. Confirm to keep it. Ref {r}")
             }
+            Kind::Event(AppointmentEvent::Arrived) => format!("Checked in: {doctor}, {when}. Ref {r}"),
+            Kind::Event(AppointmentEvent::Fulfilled) => format!("Completed: {doctor}, {when}. Ref {r}"),
+            Kind::Event(AppointmentEvent::NoShow) => format!("Missed: {doctor}, {when}. Ref {r}"),
             Kind::Reminder => format!("Reminder: {doctor}, {when}. Ref {r}"),
         }
     }

@@ -27,12 +27,27 @@ pub enum EventType {
     Expired,
     /// The appointment replaces the one it was `rescheduledFrom`.
     Rescheduled,
+    /// The patient checked in at the desk (`arrivedAt`).
+    Arrived,
+    /// The patient was seen (`completedAt`).
+    Fulfilled,
+    /// The patient did not come.
+    NoShow,
 }
 
 impl EventType {
     /// Every type, in the order of the API's enum.
-    pub const ALL: [Self; 6] =
-        [Self::Booked, Self::Held, Self::Confirmed, Self::Cancelled, Self::Expired, Self::Rescheduled];
+    pub const ALL: [Self; 9] = [
+        Self::Booked,
+        Self::Held,
+        Self::Confirmed,
+        Self::Cancelled,
+        Self::Expired,
+        Self::Rescheduled,
+        Self::Arrived,
+        Self::Fulfilled,
+        Self::NoShow,
+    ];
 
     /// The type as written in the body's `type` and stored.
     pub fn wire(self) -> &'static str {
@@ -43,6 +58,9 @@ impl EventType {
             Self::Cancelled => "appointment.cancelled",
             Self::Expired => "appointment.expired",
             Self::Rescheduled => "appointment.rescheduled",
+            Self::Arrived => "appointment.arrived",
+            Self::Fulfilled => "appointment.fulfilled",
+            Self::NoShow => "appointment.noshow",
         }
     }
 
@@ -61,6 +79,9 @@ impl EventType {
             AppointmentEvent::Cancelled => Self::Cancelled,
             AppointmentEvent::Expired => Self::Expired,
             AppointmentEvent::Rescheduled => Self::Rescheduled,
+            AppointmentEvent::Arrived => Self::Arrived,
+            AppointmentEvent::Fulfilled => Self::Fulfilled,
+            AppointmentEvent::NoShow => Self::NoShow,
         }
     }
 }
@@ -118,6 +139,8 @@ struct AppointmentBody<'a> {
     cancelled_by: Option<&'a str>,
     rescheduled_from: Option<String>,
     rescheduled_to: Option<String>,
+    arrived_at: Option<String>,
+    completed_at: Option<String>,
 }
 
 /// RFC 3339 exactly as the GraphQL `DateTime` scalar writes it.
@@ -146,6 +169,8 @@ pub fn body(kind: EventType, record: &AppointmentRecord, at: DateTime<Utc>) -> S
                 cancelled_by: a.cancelled_by.as_deref(),
                 rescheduled_from: a.rescheduled_from.map(|id| id.to_string()),
                 rescheduled_to: a.rescheduled_to.map(|id| id.to_string()),
+                arrived_at: a.arrived_at.map(time),
+                completed_at: a.completed_at.map(time),
             },
         },
     };
@@ -184,6 +209,8 @@ mod tests {
                 rescheduled_from: None,
                 rescheduled_to: None,
                 first_booked_by: None,
+                arrived_at: None,
+                completed_at: None,
             },
             doctor_id: 3,
         }
@@ -204,6 +231,7 @@ mod tests {
             "startAt": "2030-01-10T09:00:00+00:00", "endAt": "2030-01-10T09:30:00+00:00",
             "createdAt": "2030-01-10T08:00:00+00:00", "cancelledAt": null, "expiresAt": null,
             "cancelledBy": null, "rescheduledFrom": null, "rescheduledTo": null,
+            "arrivedAt": null, "completedAt": null,
         });
         for (k, v) in overrides.as_object().unwrap() {
             base[k] = v.clone();
@@ -290,7 +318,10 @@ mod tests {
                 "appointment.cancelled",
                 "appointment.expired",
                 "appointment.rescheduled",
-                "appointment.held"
+                "appointment.held",
+                "appointment.arrived",
+                "appointment.fulfilled",
+                "appointment.noshow"
             ]
         );
         for t in EventType::ALL {

@@ -216,6 +216,8 @@ mod tests {
                 rescheduled_from: None,
                 rescheduled_to: None,
                 first_booked_by: first_booked_by.map(str::to_owned),
+                arrived_at: None,
+                completed_at: None,
             },
             doctor_id: 1,
         }

@@ -401,13 +401,17 @@ impl TestApp {
     /// taking a seat in it and stays within capacity.
     pub(crate) async fn assert_counts_consistent(&self) {
         use sea_orm::{ConnectionTrait, Statement};
-        // A seat is taken by each active (HELD or BOOKED) appointment in its first slot and, for
-        // a longer one, in each of its further slots.
-        let sql = "SELECT COUNT(*) AS bad FROM time_slot s \
-                   WHERE s.booked_count > s.capacity OR s.booked_count < 0 OR s.booked_count <> \
-                   (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status IN ('HELD', 'BOOKED')) + \
-                   (SELECT COUNT(*) FROM appointment_slot x JOIN appointment a ON a.id = x.appointment_id \
-                    WHERE x.slot_id = s.id AND a.status IN ('HELD', 'BOOKED'))";
+        // A seat is taken by each appointment in a seat-holding status (the lifecycle table's:
+        // HELD, BOOKED and the desk's) in its first slot and, for a longer one, in each of its
+        // further slots.
+        let seated = clinic_booking::model::AppointmentStatus::sql_list(|r| r.holds_seat);
+        let sql = format!(
+            "SELECT COUNT(*) AS bad FROM time_slot s \
+             WHERE s.booked_count > s.capacity OR s.booked_count < 0 OR s.booked_count <> \
+             (SELECT COUNT(*) FROM appointment a WHERE a.slot_id = s.id AND a.status IN {seated}) + \
+             (SELECT COUNT(*) FROM appointment_slot x JOIN appointment a ON a.id = x.appointment_id \
+              WHERE x.slot_id = s.id AND a.status IN {seated})"
+        );
         let conn = self.db.conn();
         let row = conn
             .query_one_raw(Statement::from_string(conn.get_database_backend(), sql))

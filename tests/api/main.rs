@@ -8,6 +8,7 @@ mod backend;
 mod booking;
 mod browser;
 mod burst;
+mod desk;
 mod direct;
 mod fhir;
 mod fields;

@@ -35,7 +35,7 @@ pub(crate) enum Reply {
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
-struct Received {
+pub(crate) struct Received {
     /// When it arrived.
     at: tokio::time::Instant,
     path: String,
@@ -48,7 +48,7 @@ impl Received {
         self.headers.get(name).map_or("", String::as_str)
     }
 
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap()
     }
 }
@@ -89,12 +89,12 @@ impl Receiver {
         format!("http://127.0.0.1:{}/hook", self.port)
     }
 
-    fn requests(&self) -> Vec<Received> {
+    pub(crate) fn requests(&self) -> Vec<Received> {
         self.state.requests.lock().unwrap().clone()
     }
 
     /// Waits until it got at least `n` requests; returns them.
-    async fn wait_for(&self, n: usize) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Vec<Received> {
         eventually(&format!("{n} requests at the receiver"), || async {
             let r = self.requests();
             (r.len() >= n).then_some(r)
@@ -247,7 +247,7 @@ fn statuses(deliveries: &[Value]) -> Vec<&str> {
 /// The Python that has the `standardwebhooks` package: `CLINIC_WEBHOOK_PYTHON`, the venv
 /// `.ci/run` makes (`target/py`), or `python3`. `None` (after one printed
 /// line) when none has it, unless `CLINIC_REQUIRE_EXTERNAL_TESTS=1`, which makes it a failure.
-fn verifier() -> Option<PathBuf> {
+pub(crate) fn verifier() -> Option<PathBuf> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/verify_webhook.py");
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/py/bin/python");
     let candidates = std::env::var_os("CLINIC_WEBHOOK_PYTHON")
@@ -272,7 +272,7 @@ fn verifier() -> Option<PathBuf> {
 }
 
 /// Verifies each (request, secret) with the reference library; "ok" or its refusal, per case.
-fn verify(python: &PathBuf, cases: &[(&Received, &str)]) -> Vec<String> {
+pub(crate) fn verify(python: &PathBuf, cases: &[(&Received, &str)]) -> Vec<String> {
     use std::io::Write;
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/verify_webhook.py");
     let input = json!({ "cases": cases.iter().map(|(r, secret)| json!({
@@ -311,7 +311,10 @@ async fn a_partner_booking_reaches_its_endpoint_signed() {
             "APPOINTMENT_CONFIRMED",
             "APPOINTMENT_CANCELLED",
             "APPOINTMENT_EXPIRED",
-            "APPOINTMENT_RESCHEDULED"
+            "APPOINTMENT_RESCHEDULED",
+            "APPOINTMENT_ARRIVED",
+            "APPOINTMENT_FULFILLED",
+            "APPOINTMENT_NOSHOW"
         ])
     );
     assert!(secret.starts_with("whsec_") && secret.len() >= 6 + 32, "{secret}");

@@ -12,6 +12,12 @@ pub const BOOKED: &str = "BOOKED";
 pub const CANCELLED: &str = "CANCELLED";
 /// Stored status of a hold that ran out.
 pub const EXPIRED: &str = "EXPIRED";
+/// Stored status of a patient who checked in.
+pub const ARRIVED: &str = "ARRIVED";
+/// Stored status of a patient who was seen.
+pub const FULFILLED: &str = "FULFILLED";
+/// Stored status of a patient who did not come.
+pub const NOSHOW: &str = "NOSHOW";
 
 /// One appointment row.
 #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
@@ -24,7 +30,7 @@ pub struct Model {
     pub slot_id: i64,
     /// The patient holding the seat.
     pub patient_id: i64,
-    /// `HELD`, `BOOKED`, `CANCELLED` or `EXPIRED`.
+    /// One of [`crate::model::status::LIFECYCLE`]'s words.
     pub status: String,
     /// Scope (`role:sub`) of the caller whose request made this row; its idempotency key is
     /// scoped by it.
@@ -54,6 +60,10 @@ pub struct Model {
     /// `booked_by` of the appointment a reschedule chain started from, when someone else
     /// rescheduled it (a partner keeps seeing what it booked).
     pub first_booked_by: Option<String>,
+    /// When the patient checked in (set from `ARRIVED` on).
+    pub arrived_at: Option<DateTimeUtc>,
+    /// When the patient was seen (set on `FULFILLED`).
+    pub completed_at: Option<DateTimeUtc>,
 }
 
 impl Model {
@@ -83,6 +93,12 @@ impl Model {
             cancelled_at: state.cancelled_at,
             cancelled_by: state.cancelled_by.map(|c| c.as_str().to_owned()),
             rescheduled_to: state.rescheduled_to,
+            // Set once by the desk's moves and never changed after: as the event left them
+            // when the event's status had them.
+            arrived_at: self
+                .arrived_at
+                .filter(|_| matches!(state.status, AppointmentStatus::Arrived | AppointmentStatus::Fulfilled)),
+            completed_at: self.completed_at.filter(|_| state.status == AppointmentStatus::Fulfilled),
             ..self.clone()
         }
     }
