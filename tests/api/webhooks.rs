@@ -35,7 +35,7 @@ pub(crate) enum Reply {
 
 /// One request the receiver got.
 #[derive(Clone, Debug)]
-struct Received {
+pub(crate) struct Received {
     /// When it arrived.
     at: tokio::time::Instant,
     path: String,
@@ -44,7 +44,7 @@ struct Received {
 }
 
 impl Received {
-    fn header(&self, name: &str) -> &str {
+    pub(crate) fn header(&self, name: &str) -> &str {
         self.headers.get(name).map_or("", String::as_str)
     }
 
@@ -94,7 +94,7 @@ impl Receiver {
     }
 
     /// Waits until it got at least `n` requests; returns them.
-    async fn wait_for(&self, n: usize) -> Vec<Received> {
+    pub(crate) async fn wait_for(&self, n: usize) -> Vec<Received> {
         eventually(&format!("{n} requests at the receiver"), || async {
             let r = self.requests();
             (r.len() >= n).then_some(r)
@@ -132,7 +132,7 @@ async fn receive(State(state): State<Arc<ReceiverState>>, uri: Uri, headers: Hea
 
 /// Polls `check` until it gives a value (30 s at most: the tests wait for behaviour, and a
 /// busy machine may be slow).
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
