@@ -147,8 +147,73 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
     use crate::config::tests::config;
+
+    /// Log lines written into memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        fn text(&self) -> String {
+            self.0.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+        }
+    }
+
+    /// Logs one line inside a request that continues trace `TRACE`, and one outside any.
+    fn log_a_request() {
+        let span = tracing::info_span!("graphql", request_id = "r1");
+        let parent = traces::TraceParent::parse(&format!("00-{TRACE}-b7ad6b7169203331-01"));
+        Tracing::off().adopt(&span, parent.map(traces::TraceParent::span_context));
+        span.in_scope(|| tracing::info!("inside"));
+        tracing::info!("outside");
+    }
+
+    const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+
+    #[test]
+    fn log_lines_of_a_request_carry_its_trace_id() {
+        let text = Lines::default();
+        let writer = text.clone();
+        let subscriber = tracing_subscriber::registry().with(traces::layer()).with(
+            fmt::layer()
+                .with_ansi(false)
+                .map_event_format(|f| WithTraceId { inner: f, json: false })
+                .with_writer(move || writer.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, log_a_request);
+        let lines: Vec<String> = text.text().lines().map(str::to_owned).collect();
+        assert!(lines[0].contains("inside") && lines[0].ends_with(&format!(" trace_id={TRACE}")), "{lines:?}");
+        assert!(lines[1].contains("outside") && !lines[1].contains("trace_id"), "{lines:?}");
+
+        let json = Lines::default();
+        let writer = json.clone();
+        let subscriber = tracing_subscriber::registry().with(traces::layer()).with(
+            fmt::layer()
+                .json()
+                .map_event_format(|f| WithTraceId { inner: f, json: true })
+                .with_writer(move || writer.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, log_a_request);
+        let lines: Vec<serde_json::Value> =
+            json.text().lines().map(|l| serde_json::from_str(l).unwrap_or_default()).collect();
+        assert_eq!(lines[0]["trace_id"], TRACE, "{lines:?}");
+        assert_eq!(lines[0]["fields"]["message"], "inside");
+        assert!(lines[1].get("trace_id").is_none(), "{lines:?}");
+    }
 
     #[test]
     fn log_settings() -> Result<(), ConfigError> {

@@ -386,6 +386,7 @@ where
         .with_tracer(Router::new())
         .with_location(false)
         .with_threads(false)
+        .with_target(false)
         .with_tracked_inactivity(false);
     let ours = tracing_subscriber::filter::filter_fn(|meta| {
         meta.target().starts_with("clinic_booking") && *meta.level() <= tracing::Level::INFO

@@ -371,12 +371,9 @@ impl ServerLog {
         use tracing_subscriber::layer::SubscriberExt;
         // The service's OpenTelemetry layer, as `telemetry::init` installs it: each server
         // exports its own spans (to its own collector, when a test gives it one).
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,clinic_booking=debug"))
-            .with_ansi(false)
-            .with_thread_names(true)
-            .with_writer(self.clone())
-            .finish()
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new("warn,clinic_booking=debug"))
+            .with(tracing_subscriber::fmt::layer().with_ansi(false).with_thread_names(true).with_writer(self.clone()))
             .with(clinic_booking::telemetry::traces::layer());
         let dispatch = tracing::Dispatch::new(subscriber);
         tokio::runtime::Builder::new_multi_thread()

@@ -27,7 +27,10 @@ mod shape;
 
 use std::{sync::Arc, time::Duration};
 
-use async_graphql::{parser::types::OperationType, Request, Response, Variables};
+use async_graphql::{
+    parser::types::{DocumentOperations, OperationType},
+    Request, Response, Variables,
+};
 use axum::body::Bytes;
 use chrono::NaiveDate;
 use tracing::Instrument;
@@ -153,7 +156,12 @@ impl Pipeline {
         let document = documents::document(&request.query);
         let name = request.operation_name.as_deref();
         let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
-        let span = operation_span(request_id, operation, name, op.map(|op| op.ty));
+        // A lone named operation sent without `operationName` is still named in its trace.
+        let named = name.or_else(|| match &document.as_deref()?.doc.operations {
+            DocumentOperations::Multiple(ops) if ops.len() == 1 => ops.keys().next().map(|n| n.as_str()),
+            _ => None,
+        });
+        let span = operation_span(request_id, operation, named, op.map(|op| op.ty));
         let keepable = keepable && op.is_some_and(made_of_slot_reads);
         let shape = op.and_then(|op| shape::shape(name, op, &request.variables));
         let validated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
