@@ -39,7 +39,8 @@
 //!   what was made of a read stale, rate limit, known-full rejects, bulkhead.
 //! - [`webhooks`] — partner webhooks: endpoints, deliveries recorded by the relay, signed
 //!   and retried sending, the SSRF rule.
-//! - [`telemetry`] — logging.
+//! - [`telemetry`] — logging (each line of a request with its trace id) and OpenTelemetry traces
+//!   (OTLP export, per-instance tracer providers, W3C trace context in and out).
 //!
 //! # Error policy
 //!

@@ -18,6 +18,7 @@ use crate::{
     model::Observers,
     notify::{NotifyTasks, Outlets},
     retention::RetentionJob,
+    telemetry::Tracing,
     webhooks::{self, EventIds, UrlPolicy, WebhookRecorder, WebhookService, WebhookTasks},
 };
 
@@ -78,6 +79,9 @@ pub enum StartupError {
     /// The mail server or SMS gateway settings are unusable.
     #[error("{0}")]
     Notify(String),
+    /// The trace exporter could not be set up.
+    #[error("{0}")]
+    Traces(String),
     /// `REDIS_URL` is not usable.
     #[error("cannot use REDIS_URL ({url}): {reason}")]
     Redis {
@@ -149,6 +153,8 @@ pub struct Application {
     notify_tasks: NotifyTasks,
     /// The domain's own background jobs (hold expiry, retention).
     jobs: Jobs,
+    /// Its traces: the exporter is flushed and stopped last.
+    tracing: Tracing,
 }
 
 /// Background jobs that stop with the server: told by the watch, then awaited briefly.
@@ -178,6 +184,8 @@ impl Application {
     /// Connects to the database, migrates it, builds the schema and binds the listener.
     pub async fn build(config: Config) -> Result<Self, StartupError> {
         install_recorder();
+        // This instance's tracer provider (its root spans name it; see `telemetry::traces`).
+        let traces = Tracing::start(&config.telemetry.traces).map_err(StartupError::Traces)?;
         let secret = match &config.auth.jwt_secret {
             Some(s) => s.clone(),
             None => {
@@ -231,13 +239,14 @@ impl Application {
             Arc::clone(&policy),
             Arc::clone(&webhook_bell),
             webhook_handoff,
+            traces.clone(),
         )
         .map_err(StartupError::Webhooks)?;
         let webhook_service = WebhookService::new(db.clone(), policy, max_attempts, webhook_bell);
         // Telling people: the relay records messages, this instance's worker sends them.
         let outlets = Outlets::new(&config.notify, &config.data_dir).map_err(StartupError::Notify)?;
         outlets.announce(config.single_process());
-        let (messages, notify_tasks) = crate::notify::start(deliveries_db, outlets, &config.notify);
+        let (messages, notify_tasks) = crate::notify::start(deliveries_db, outlets, &config.notify, traces.clone());
         // Live availability: the relay drains the outbox, woken by this sink after each commit.
         let (live, relay_sink, live_tasks) = Live::start(
             db.clone(),
@@ -254,6 +263,7 @@ impl Application {
                     Arc::clone(&guard.generations) as Arc<dyn crate::events::ChangeObserver>,
                     feed.observer(),
                 ]))),
+                tracing: traces.clone(),
             },
         );
         let relay_wakeup = Arc::new(relay_sink);
@@ -289,12 +299,13 @@ impl Application {
             subscriptions,
             origins: config.http.origins.clone(),
             fhir: Some(fhir),
+            tracing: traces.clone(),
         };
         let bind_addr = config.http.bind_addr;
         let listen_error = |e: std::io::Error| StartupError::Listen { addr: bind_addr, reason: io_reason(&e) };
         let listener = TcpListener::bind(bind_addr).await.map_err(listen_error)?;
         let addr = listener.local_addr().map_err(listen_error)?;
-        Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks })
+        Ok(Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks, tracing: traces })
     }
 
     /// The bound address.
@@ -314,7 +325,7 @@ impl Application {
 
     /// Serves until `shutdown` resolves, then finishes in-flight requests.
     pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
-        let Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks } = self;
+        let Self { listener, addr, state, live_tasks, jobs, webhook_tasks, notify_tasks, tracing: traces } = self;
         tracing::info!(addr = %addr, "listening");
         let served = crate::http::serve(listener, state, shutdown).await;
         // Upgraded WebSockets outlive `serve`: stopping the tasks closes them (1001).
@@ -323,6 +334,8 @@ impl Application {
         // After the relay: what it recorded last is sent or stays queued, nothing is sent twice.
         webhook_tasks.shutdown().await;
         notify_tasks.shutdown().await;
+        // Last: the spans of everything above are in its queue.
+        traces.shutdown().await;
         served
     }
 }

@@ -593,7 +593,7 @@ pub async fn key_or_seats_pg(db: &super::Db, lookups: &[KeyOrSeat]) -> Result<Ve
         .bind(lookups.iter().map(|l| l.key.as_str()).collect::<Vec<_>>())
         .bind(lookups.iter().map(|l| l.slot_id).collect::<Vec<_>>())
         .bind(lookups.iter().map(|l| l.patient_id).collect::<Vec<_>>());
-    let rows = db.pg_fetch_all(query).await?;
+    let rows = db.pg_fetch_all("SELECT", query).await?;
     if rows.len() != lookups.len() {
         return Err(StoreError::Inconsistent("batched lookup answered out of order".into()));
     }

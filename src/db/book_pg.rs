@@ -32,8 +32,8 @@ const BOOK: &str = concat!(
   RETURNING id
 ), o AS (
   INSERT INTO outbox (kind, appointment_id, slot_id, doctor_id, start_at, capacity, booked_count, version, created_at,
-                      slot_closed, appointment_status, appointment_expires_at)
-  SELECT $7, a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, $2, false, $7, $8 FROM s, a
+                      slot_closed, appointment_status, appointment_expires_at, trace_context)
+  SELECT $7, a.id, s.id, s.doctor_id, s.start_at, s.capacity, s.booked_count, s.version, $2, false, $7, $8, $9 FROM s, a
 )
 SELECT ",
     slot_columns!("s"),
@@ -57,8 +57,9 @@ pub async fn book(
         .bind(new.idempotency_key)
         .bind(new.request_hash)
         .bind(new.status.as_str())
-        .bind(new.expires_at);
-    let rows = db.pg_fetch_all(query).await.map_err(appointments::classify)?;
+        .bind(new.expires_at)
+        .bind(super::outbox::trace_context());
+    let rows = db.pg_fetch_all("UPDATE", query).await.map_err(appointments::classify)?;
     rows.first().map(|r| decode(r, new)).transpose().map_err(InsertError::Store)
 }
 

@@ -194,7 +194,13 @@ async fn pg_rows(
     let pool = db.pg_pool()?;
     let started = std::time::Instant::now();
     let result = query.fetch_all(pool).await;
-    super::count_statement(&db.statements, started.elapsed(), result.is_err());
+    super::count_statement(
+        &db.statements,
+        "postgresql",
+        super::Operation::Named("SELECT"),
+        started.elapsed(),
+        result.is_err(),
+    );
     let rows = result.map_err(|e| sea_orm::DbErr::Query(sea_orm::RuntimeErr::SqlxError(std::sync::Arc::new(e))))?;
     rows.iter().map(|row| super::rows::slot_at(row, 0)).collect()
 }

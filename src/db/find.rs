@@ -283,7 +283,7 @@ async fn per_doctor_pg(
         .bind(criteria.latest_minute.map(|m| m as i32))
         .bind(to_i64(per_doctor))
         .bind(limit.map(to_i64));
-    let rows = db.pg_fetch_pooled(query).await?;
+    let rows = db.pg_fetch_pooled("SELECT", query).await?;
     let zones: std::collections::HashMap<i64, Tz> = doctors.iter().map(|(d, _)| (d.id, d.tz)).collect();
     let mut out = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -353,7 +353,7 @@ async fn across(
                 query.bind(doctors.map(|ds| ds.iter().map(|d| d.id).collect::<Vec<_>>()))
             }
         };
-        let rows = db.pg_fetch_pooled(query).await?;
+        let rows = db.pg_fetch_pooled("SELECT", query).await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             let slot = super::rows::slot_at(row, 0)?;

@@ -142,6 +142,8 @@ pub struct NewMessage {
     pub due_at: DateTime<Utc>,
     /// Start of its delivery lag.
     pub committed_at: DateTime<Utc>,
+    /// The `traceparent` of the change that called for it (its send joins that trace).
+    pub trace_context: Option<String>,
 }
 
 /// Inserts `messages`, skipping any that is already recorded (the same outbox row and channel,
@@ -177,7 +179,7 @@ pub async fn record_leased(
 
 /// The `INSERT` of [`record`] and [`record_leased`] for one chunk.
 fn insert(backend: DbBackend, chunk: &[NewMessage], now: DateTime<Utc>, lease: Option<DateTime<Utc>>) -> Statement {
-    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 12 + 1);
+    let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 13 + 1);
     let mut bind = |value: Value| {
         values.push(value);
         format!("${}", values.len())
@@ -204,13 +206,15 @@ fn insert(backend: DbBackend, chunk: &[NewMessage], now: DateTime<Utc>, lease: O
                 due,
                 bind(m.committed_at.into()),
                 bind(now.into()),
+                bind(m.trace_context.clone().into()),
             ];
             format!("({}, 'PENDING', {attempts}, {leased})", fields.join(", "))
         })
         .collect();
     let sql = format!(
         "INSERT INTO patient_message (outbox_id, purpose, event, appointment_id, patient_id, channel, \
-           recipient, locale, facts, next_attempt_at, committed_at, created_at, status, attempts, locked_until) \
+           recipient, locale, facts, next_attempt_at, committed_at, created_at, trace_context, status, attempts, \
+           locked_until) \
          VALUES {} ON CONFLICT DO NOTHING{returning}",
         rows.join(", ")
     );

@@ -330,12 +330,13 @@ impl Db {
         Ok(())
     }
 
-    /// Runs one statement on PostgreSQL and returns its rows, counted and timed like every
-    /// other statement: on the dedicated connections when there are some, else on the pool.
+    /// Runs one statement on PostgreSQL (whose `operation`, `SELECT`, `UPDATE`…, names its span
+    /// in traces) and returns its rows, counted and timed like every other statement: on the dedicated connections when there are some, else on the pool.
     /// For the hottest statements: decoding rows by position cost a fraction of sea-orm's
     /// decoding by column name (which tries several timestamp types per value).
     pub(crate) async fn pg_fetch_all<'q>(
         &self,
+        operation: &'static str,
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
         let pool = self.pg_pool()?;
@@ -344,7 +345,13 @@ impl Db {
             Some(hot) => hot.fetch_all(query).await,
             None => query.fetch_all(pool).await,
         };
-        count_statement(&self.statements, started.elapsed(), result.is_err());
+        count_statement(
+            &self.statements,
+            "postgresql",
+            Operation::Named(operation),
+            started.elapsed(),
+            result.is_err(),
+        );
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
     }
 
@@ -352,12 +359,19 @@ impl Db {
     /// dedicated connections of the booking statement (the slot search).
     pub(crate) async fn pg_fetch_pooled<'q>(
         &self,
+        operation: &'static str,
         query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
         let pool = self.pg_pool()?;
         let started = std::time::Instant::now();
         let result = query.fetch_all(pool).await;
-        count_statement(&self.statements, started.elapsed(), result.is_err());
+        count_statement(
+            &self.statements,
+            "postgresql",
+            Operation::Named(operation),
+            started.elapsed(),
+            result.is_err(),
+        );
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
     }
 
@@ -395,17 +409,41 @@ impl Db {
     }
 }
 
-/// Counts every statement `conn` runs in `statements` (and in `/metrics`).
+/// Counts every statement `conn` runs in `statements` (and in `/metrics`, and in the trace of
+/// the request it serves).
 fn count_into(conn: &mut DatabaseConnection, statements: &Arc<AtomicU64>) {
     let counter = Arc::clone(statements);
-    conn.set_metric_callback(move |info| count_statement(&counter, info.elapsed, info.failed));
+    let system = system_name(conn.get_database_backend());
+    conn.set_metric_callback(move |info| {
+        count_statement(&counter, system, Operation::Sql(&info.statement.sql), info.elapsed, info.failed);
+    });
 }
 
-/// Counts a statement run, for tests, and records its time in `db_statement_seconds`.
-fn count_statement(counter: &AtomicU64, elapsed: Duration, failed: bool) {
+pub(crate) use crate::telemetry::traces::Operation;
+
+/// The OpenTelemetry `db.system.name` of a backend.
+fn system_name(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "postgresql",
+        DbBackend::Sqlite => "sqlite",
+        _ => "other_sql",
+    }
+}
+
+/// Counts a statement run, for tests, records its time in `db_statement_seconds`, and makes it a
+/// span of the trace it ran in (when that trace is recorded; the span names the operation only,
+/// never the statement's values).
+fn count_statement(
+    counter: &AtomicU64,
+    system: &'static str,
+    operation: Operation<'_>,
+    elapsed: Duration,
+    failed: bool,
+) {
     counter.fetch_add(1, Ordering::Relaxed);
     metrics::histogram!("db_statement_seconds", "failed" => if failed { "true" } else { "false" })
         .record(elapsed.as_secs_f64());
+    crate::telemetry::traces::statement(system, operation, elapsed, failed);
 }
 
 /// The condition on `id` that claims the rows `due` selects (`SELECT id … LIMIT n`): on

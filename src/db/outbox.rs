@@ -21,7 +21,7 @@ pub async fn record_published(
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
     let published = NewRow { kind: crate::model::SCHEDULE_PUBLISHED, appointment: None, slot: None };
-    let row = outbox::ActiveModel { doctor_id: Set(Some(doctor_id)), ..row(published, at) };
+    let row = outbox::ActiveModel { doctor_id: Set(Some(doctor_id)), ..row(published, at, trace_context()) };
     outbox::Entity::insert(row).exec_without_returning(conn).await?;
     Ok(())
 }
@@ -46,14 +46,20 @@ pub async fn record_many(
     rows: impl IntoIterator<Item = NewRow<'_>>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let rows: Vec<_> = rows.into_iter().map(|r| row(r, at)).collect();
+    let trace = trace_context();
+    let rows: Vec<_> = rows.into_iter().map(|r| row(r, at, trace.clone())).collect();
     if !rows.is_empty() {
         outbox::Entity::insert_many(rows).exec_without_returning(conn).await?;
     }
     Ok(())
 }
 
-fn row(new: NewRow<'_>, at: chrono::DateTime<chrono::Utc>) -> outbox::ActiveModel {
+/// The trace of the transaction writing rows: the span running now (the request's operation).
+pub(crate) fn trace_context() -> Option<String> {
+    crate::telemetry::traces::TraceParent::current().map(|t| t.to_string())
+}
+
+fn row(new: NewRow<'_>, at: chrono::DateTime<chrono::Utc>, trace: Option<String>) -> outbox::ActiveModel {
     let (slot, state) = (new.slot, new.appointment.map(|(_, state)| state));
     outbox::ActiveModel {
         kind: Set(new.kind.to_owned()),
@@ -71,6 +77,7 @@ fn row(new: NewRow<'_>, at: chrono::DateTime<chrono::Utc>) -> outbox::ActiveMode
         appointment_cancelled_at: Set(state.and_then(|s| s.cancelled_at)),
         appointment_cancelled_by: Set(state.and_then(|s| s.cancelled_by).map(|c| c.as_str().to_owned())),
         appointment_rescheduled_to: Set(state.and_then(|s| s.rescheduled_to)),
+        trace_context: Set(trace),
         ..Default::default()
     }
 }

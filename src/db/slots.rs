@@ -322,7 +322,7 @@ pub async fn available_in_ranges_pg(
         .bind(ranges.iter().map(|r| r.to).collect::<Vec<_>>())
         .bind(now);
     let mut lists = vec![Vec::new(); ranges.len()];
-    for row in db.pg_fetch_all(query).await? {
+    for row in db.pg_fetch_all("SELECT", query).await? {
         let i: i64 = row.try_get(0).map_err(decode_error)?;
         let list = usize::try_from(i - 1)
             .ok()

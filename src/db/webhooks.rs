@@ -148,6 +148,8 @@ pub struct NewDelivery {
     pub max_attempts: i32,
     /// Now: due at once.
     pub created_at: DateTime<Utc>,
+    /// The `traceparent` of the change that called for it (its attempts join that trace).
+    pub trace_context: Option<String>,
 }
 
 /// Rows per insert statement (well under both databases' bound-parameter limits).
@@ -209,6 +211,7 @@ fn new_row(d: &NewDelivery, lease: Option<(DateTime<Utc>, i64)>) -> delivery::Ac
         last_attempt_at: Set(None),
         last_error: Set(None),
         created_at: Set(d.created_at),
+        trace_context: Set(d.trace_context.clone()),
         ..Default::default()
     }
 }

@@ -9,6 +9,7 @@ use sea_orm::DatabaseTransaction;
 use crate::{
     db::{entity::outbox, StoreError},
     model::{AppointmentEvent, AppointmentState},
+    telemetry::traces::TraceParent,
 };
 
 /// One committed appointment event, as the outbox row recorded it. The row id is unique per
@@ -27,6 +28,8 @@ pub struct Notification {
     pub state: Option<AppointmentState>,
     /// When the change committed (the outbox row's time): where delivery lags are measured from.
     pub committed_at: DateTime<Utc>,
+    /// The span whose transaction wrote the row: the trace its messages and deliveries join.
+    pub trace: Option<TraceParent>,
 }
 
 impl Notification {
@@ -39,6 +42,7 @@ impl Notification {
             appointment_id,
             state: row.appointment_state(),
             committed_at: row.created_at,
+            trace: row.trace_context.as_deref().and_then(TraceParent::parse),
         })
     }
 }

@@ -76,6 +76,8 @@ pub struct LiveSettings {
     /// Told about every change that reaches the bus, before the subscriptions are, and about
     /// this instance's own commits right after each (through the commit sink).
     pub observer: Option<Arc<dyn ChangeObserver>>,
+    /// The instance's traces (a relay pass joins the traces of the changes it carries).
+    pub tracing: crate::telemetry::Tracing,
 }
 
 /// The subscription side of live availability, shared by every connection of an instance.
@@ -115,8 +117,13 @@ impl Live {
             }
             None => relay::Publisher::Local(bus.clone()),
         };
-        let relay =
-            relay::Relay { db: db.clone(), publisher, follow_ups: settings.follow_ups, settings: settings.relay };
+        let relay = relay::Relay {
+            db: db.clone(),
+            publisher,
+            follow_ups: settings.follow_ups,
+            settings: settings.relay,
+            tracing: settings.tracing,
+        };
         handles.push(tokio::spawn(relay.run(sink.clone(), stopping.clone())));
         let reader = stream::SnapshotReader::new(db, settings.snapshot_concurrency);
         (Self { bus: bus.clone(), reader, stopping }, sink, LiveTasks { stop, bus, handles })

@@ -20,10 +20,15 @@ use super::{
     pubsub::RedisPublisher,
     ChangeObserver, CommitSink, EventsError, SlotChange,
 };
-use crate::db::{
-    entity::outbox as outbox_row,
-    outbox::{self, CLAIM_BATCH},
-    Db,
+use tracing::Instrument;
+
+use crate::{
+    db::{
+        entity::outbox as outbox_row,
+        outbox::{self, CLAIM_BATCH},
+        Db,
+    },
+    telemetry::{traces::TraceParent, Tracing},
 };
 
 /// First and longest wait after a failed pass (Redis or the database down).
@@ -99,6 +104,8 @@ pub(super) struct Relay {
     /// Its poll, and how long a pass waits after a commit rang, so that it carries the changes
     /// of the commits that follow it closely.
     pub(super) settings: super::Settings,
+    /// The instance's traces.
+    pub(super) tracing: Tracing,
 }
 
 impl Relay {
@@ -134,9 +141,24 @@ impl Relay {
     /// Claims, publishes, records the follow-up work of and prunes one batch; returns how many
     /// rows it took. A failure at any step drops the claim: its rows wait for the next pass.
     async fn pass(&mut self) -> Result<usize, EventsError> {
-        let Some(mut claimed) = outbox::claim(&self.db, CLAIM_BATCH).await? else {
+        let Some(claimed) = outbox::claim(&self.db, CLAIM_BATCH).await? else {
             return Ok(0);
         };
+        // The rest of the pass joins the traces of the changes it carries: a child of the one
+        // when the rows come from one, else linked to each.
+        let span = tracing::info_span!(
+            "outbox_relay",
+            rows = claimed.rows.len(),
+            otel.name = "outbox relay",
+            otel.kind = "consumer",
+        );
+        let parents = claimed.rows.iter().filter_map(|r| r.trace_context.as_deref().and_then(TraceParent::parse));
+        self.tracing.adopt_all(&span, parents);
+        self.publish_and_record(claimed).instrument(span).await
+    }
+
+    /// Publishes the claimed rows, records their follow-up work and prunes them.
+    async fn publish_and_record(&mut self, mut claimed: outbox::Claimed) -> Result<usize, EventsError> {
         // Live availability first: it does not wait for the follow-up work.
         let changes = claimed.rows.iter().filter_map(outbox_row::Model::slot_change).collect();
         let published = claimed.rows.iter().filter_map(outbox_row::Model::published_doctor).collect();

@@ -128,6 +128,17 @@ pub fn chosen_operation<'a>(doc: &'a ExecutableDocument, name: Option<&str>) -> 
     Some(&op.node)
 }
 
+/// Notes a booking's outcome on its operation's span (the trace's `booking.outcome`: the
+/// appointment's status, `BOOKED` or `HELD`, or the refusal's code), from the resolver or the
+/// direct plan that awaited it, where that span is the current one.
+pub(crate) fn record_outcome(outcome: &Result<crate::booking::Booked, crate::error::Refusal>) {
+    let code = match outcome {
+        Ok(booked) => booked.appointment.status.clone(),
+        Err(refusal) => refusal.code.as_str().to_owned(),
+    };
+    tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(&tracing::Span::current(), "booking.outcome", code);
+}
+
 /// The schema's SDL, as committed in `schema.graphql`.
 pub fn sdl() -> String {
     build_schema(QueryLimits { depth: usize::MAX, complexity: usize::MAX }, None).sdl()

@@ -48,6 +48,7 @@ impl BookingMutation {
     async fn book_appointment(&self, ctx: &Context<'_>, input: BookAppointmentInput) -> Result<BookAppointmentPayload> {
         let req = BookRequest::from(input);
         let outcome = ctx.data::<BookingService>()?.book(caller(ctx)?, &req).await.gql()?;
+        super::record_outcome(&outcome);
         Ok(match outcome {
             Ok(b) => BookAppointmentPayload {
                 appointment: Some(Appointment(b.appointment)),
@@ -69,6 +70,7 @@ impl BookingMutation {
             duration_minutes: input.duration_minutes,
         };
         let outcome = ctx.data::<BookingService>()?.hold(caller(ctx)?, &req).await.gql()?;
+        super::record_outcome(&outcome);
         Ok(match outcome {
             Ok(b) => HoldSlotPayload {
                 appointment: Some(Appointment(b.appointment)),

@@ -32,6 +32,11 @@
 //!
 //! Retention: `retention_removed_total{table=patient_message|webhook_delivery}` (rows removed
 //! after `RETENTION_DAYS`; a delivery's attempts go with it, uncounted).
+//!
+//! Traces (with `OTEL_EXPORTER_OTLP_ENDPOINT`): `otel_spans_exported_total` (spans the
+//! collector took), `otel_export_failures_total` (batches it did not take: down, slow past
+//! `OTEL_EXPORTER_OTLP_TIMEOUT`, or refusing), `otel_spans_dropped_total` (spans that found the
+//! export queue full, never sent).
 
 use std::sync::OnceLock;
 

@@ -47,6 +47,8 @@ pub struct AppState {
     pub origins: AllowedOrigins,
     /// The FHIR surface (`/fhir`), taken out when the router is built.
     pub fhir: Option<crate::fhir::FhirState>,
+    /// The instance's traces: each request's server span is a root of its trace.
+    pub tracing: crate::telemetry::Tracing,
 }
 
 /// Limits of the HTTP layer.
@@ -77,12 +79,19 @@ pub async fn serve(
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let traces = state.tracing.clone();
     let app = tower::ServiceBuilder::new()
         .map_response(IntoResponse::into_response)
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &axum::http::Request<_>| {
-            // Debug level: at info, the `graphql` span (operation, request id) is the request's.
-            tracing::debug_span!("http", method = %req.method(), path = %req.uri().path())
-        }))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(move |req: &axum::http::Request<_>| server_span(&traces, req))
+                .on_response(|res: &Response<_>, _: std::time::Duration, span: &tracing::Span| {
+                    span.record("http.response.status_code", res.status().as_u16());
+                    if res.status().is_server_error() {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }),
+        )
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(connection::UnreadBodies)
         .service(router(state));
@@ -91,13 +100,63 @@ pub async fn serve(
         .await
 }
 
+/// A request's server span (OpenTelemetry's HTTP server conventions), continuing the caller's
+/// trace when the request carries a W3C `traceparent`. `http.route` is the matched route; FHIR's
+/// routes, nested, record theirs once matched ([`record_route`]).
+fn server_span<B>(traces: &crate::telemetry::Tracing, req: &axum::http::Request<B>) -> tracing::Span {
+    let path = req.uri().path();
+    let route = match path {
+        "/graphql"
+        | "/graphql/ws"
+        | "/widget"
+        | "/widget/clinic-availability.js"
+        | "/healthz"
+        | "/readyz"
+        | "/metrics" => Some(path),
+        _ if path.starts_with("/graphql/assets/") => Some("/graphql/assets/{file}"),
+        _ => None,
+    };
+    let method = req.method().as_str();
+    let name = match route {
+        Some(route) => format!("{method} {route}"),
+        None => method.to_owned(),
+    };
+    let span = tracing::info_span!(
+        crate::telemetry::SERVER_SPAN,
+        otel.name = %name,
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = route,
+        url.path = path,
+        http.response.status_code = tracing::field::Empty,
+    );
+    traces.adopt(&span, crate::telemetry::traces::extract(req.headers()));
+    span
+}
+
+/// Records a nested route's template on the request's server span (and names the span by it).
+async fn record_route(
+    matched: axum::extract::MatchedPath,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let span = tracing::Span::current();
+    span.record("http.route", matched.as_str());
+    span.record("otel.name", format!("{} {}", req.method(), matched.as_str()));
+    next.run(req).await
+}
+
 /// The service's routes (without the layers [`serve`] puts around them).
 pub fn router(mut state: AppState) -> Router {
     // The CORS policy of every route browsers may call from other sites (see `cors::Cors`):
     // `/graphql`, FHIR under `/fhir` with its own state, and the widget's module, which other
     // sites' pages load as a module script (fetched in CORS mode).
     let cors = cors::Cors::new(state.origins.clone());
-    let fhir = state.fhir.take().map(|fhir| crate::fhir::router(fhir).layer(cors.clone()));
+    let fhir = state
+        .fhir
+        .take()
+        .map(|fhir| crate::fhir::router(fhir).layer(cors.clone()).route_layer(axum::middleware::from_fn(record_route)));
     let router = Router::new()
         .route("/graphql", post(graphql::post).get(graphql::get).layer(cors.clone()))
         .route("/graphql/ws", get(ws::upgrade))

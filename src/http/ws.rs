@@ -55,6 +55,8 @@ use axum::{
 };
 use futures_util::{task::AtomicWaker, SinkExt, StreamExt};
 use serde_json::json;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{AppState, Shared};
 use crate::{auth::Principal, graphql::RequestContext};
@@ -109,13 +111,20 @@ pub(super) async fn upgrade(State(state): Shared, uri: Uri, headers: HeaderMap, 
     let Some(protocol) = negotiate(&headers) else {
         return (StatusCode::BAD_REQUEST, "use the sub-protocol graphql-transport-ws or graphql-ws").into_response();
     };
+    let handshake = tracing::Span::current().context();
     ws.protocols([protocol.sec_websocket_protocol()])
         // Client messages are small; the default 128 KiB read buffer per connection would be
         // most of a subscriber's memory (tens of thousands of widgets stay connected).
         .read_buffer_size(READ_BUFFER)
         .max_message_size(state.limits.max_body_bytes)
         .max_frame_size(state.limits.max_body_bytes)
-        .on_upgrade(move |socket| serve(socket, state, protocol, handshake_token))
+        .on_upgrade(move |socket| {
+            // The connection's operations are spans of the handshake's trace (which continued
+            // the caller's `traceparent`), under a span of the connection's own.
+            let connection = tracing::info_span!("graphql_ws", otel.name = "GraphQL WebSocket", otel.kind = "server");
+            let _ = connection.set_parent(handshake);
+            serve(socket, state, protocol, handshake_token).instrument(connection)
+        })
 }
 
 /// True when `origin` is the server's own: the same host and port as the request's `Host`

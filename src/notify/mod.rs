@@ -87,9 +87,15 @@ pub struct NotifyTasks {
     handle: Option<JoinHandle<()>>,
 }
 
-/// Starts the worker on `db`, sending through `outlets`; returns the follow-up the relay
+/// Starts the worker on `db`, sending through `outlets`, each send a span of the trace of the
+/// change that called for it (`tracing`, the instance's); returns the follow-up the relay
 /// records messages with.
-pub fn start(db: Db, outlets: Outlets, settings: &Settings) -> (Arc<MessageFollowUp>, NotifyTasks) {
+pub fn start(
+    db: Db,
+    outlets: Outlets,
+    settings: &Settings,
+    tracing: crate::telemetry::Tracing,
+) -> (Arc<MessageFollowUp>, NotifyTasks) {
     let wake = Arc::new(tokio::sync::Notify::new());
     let room = settings.concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
     let handoff = Arc::new(Handoff::new(room));
@@ -106,6 +112,7 @@ pub fn start(db: Db, outlets: Outlets, settings: &Settings) -> (Arc<MessageFollo
         concurrency: settings.concurrency,
         wake,
         handoff,
+        tracing,
     };
     let handle = tokio::spawn(worker.run(stopping));
     (follow_up, NotifyTasks { stop, handle: Some(handle) })

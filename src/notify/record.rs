@@ -128,6 +128,7 @@ fn messages_for(
             facts: facts.clone(),
             due_at,
             committed_at,
+            trace_context: n.trace.map(|t| t.to_string()),
         };
         rows.push(message(PURPOSE_EVENT, now, n.committed_at));
         if let Some(due) = reminder_at {
@@ -209,6 +210,7 @@ mod tests {
             appointment_id: 7,
             state: None,
             committed_at: now,
+            trace: None,
         };
         let both = messages_for(&n, &subject("BOOKED", 3 * 86_400), Duration::from_secs(86_400), now)?;
         let kinds: Vec<_> = both.iter().map(|m| (m.channel, m.purpose)).collect();

@@ -73,6 +73,8 @@ pub(super) struct Worker {
     pub(super) wake: Arc<Notify>,
     /// What the relay recorded leased to this worker.
     pub(super) handoff: Arc<Handoff<patient_message::Model>>,
+    /// The instance's traces.
+    pub(super) tracing: crate::telemetry::Tracing,
 }
 
 /// What one pass took.
@@ -233,8 +235,17 @@ impl Worker {
             return (m.id, Settle::Released { at: micros(Utc::now()) });
         }
         let channel = Channel::parse(&m.channel).unwrap_or(Channel::Email);
-        let span =
-            tracing::info_span!("notify_attempt", message = m.id, channel = channel.label(), attempt = m.attempts);
+        let span = tracing::info_span!(
+            "notify_attempt",
+            message = m.id,
+            channel = channel.label(),
+            attempt = m.attempts,
+            otel.name = %format_args!("message send {}", channel.label()),
+            otel.kind = "producer",
+        );
+        // A span of the trace of the change that called for the message.
+        let parent = m.trace_context.as_deref().and_then(crate::telemetry::traces::TraceParent::parse);
+        self.tracing.adopt(&span, parent.map(crate::telemetry::traces::TraceParent::span_context));
         async {
             let started = Instant::now();
             let result = self.deliver(&m, channel, appointments).await;

@@ -131,6 +131,7 @@ impl FollowUp for WebhookRecorder {
                     payload,
                     max_attempts: self.max_attempts,
                     created_at: now,
+                    trace_context: n.trace.map(|t| t.to_string()),
                 });
             }
         }

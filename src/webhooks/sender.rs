@@ -45,6 +45,7 @@ use crate::{
         Db,
     },
     events::Handoff,
+    telemetry::{traces::TraceParent, Tracing},
 };
 
 /// How long a claim keeps a delivery from other workers: well beyond the longest attempt.
@@ -93,19 +94,21 @@ impl Drop for WebhookTasks {
 }
 
 /// Starts the worker of an instance on `db`, connecting where `policy` permits, rung by `wake`
-/// and fed by `handoff`.
+/// and fed by `handoff`; each attempt is a span of the trace of the change that called for it
+/// (`tracing`, the instance's).
 pub fn start(
     db: Db,
     settings: Settings,
     policy: Arc<UrlPolicy>,
     wake: Arc<Notify>,
     handoff: Arc<Handoff<(Claimed, i64)>>,
+    tracing: Tracing,
 ) -> Result<WebhookTasks, String> {
     let https = client(&settings, &policy, Scheme::Https)?;
     let http = client(&settings, &policy, Scheme::Http)?;
     let (stop, stopping) = watch::channel(false);
     let worker = Worker {
-        shared: Arc::new(Shared { db, https, http, settings, policy, leases: Mutex::default() }),
+        shared: Arc::new(Shared { db, https, http, settings, policy, leases: Mutex::default(), tracing }),
         wake,
         handoff,
         stopping,
@@ -160,6 +163,8 @@ struct Shared {
     policy: Arc<UrlPolicy>,
     /// Claims of attempts under way (delivery → token), given back if the worker stops first.
     leases: Mutex<HashMap<i64, i64>>,
+    /// The instance's traces.
+    tracing: Tracing,
 }
 
 struct Worker {
@@ -404,7 +409,15 @@ impl Shared {
             endpoint_id = claimed.endpoint.id,
             attempt = number,
             event_id = %d.event_id,
+            otel.name = "webhook POST",
+            otel.kind = "client",
+            http.request.method = "POST",
+            http.response.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        // A span of the trace of the change that called for the delivery.
+        let parent = d.trace_context.as_deref().and_then(TraceParent::parse);
+        self.tracing.adopt(&span, parent.map(TraceParent::span_context));
         async {
             if !claimed.endpoint.enabled {
                 // Recorded while a 410 was disabling the endpoint: fail it, send nothing.
@@ -419,6 +432,18 @@ impl Shared {
             let clock = Instant::now();
             let answer = self.send(&claimed, started_at).await;
             let elapsed = clock.elapsed();
+            let current = tracing::Span::current();
+            match &answer {
+                Answer::Status(code, _) => {
+                    current.record("http.response.status_code", code);
+                    if *code >= 500 {
+                        current.record("otel.status_code", "ERROR");
+                    }
+                }
+                Answer::Error(_) => {
+                    current.record("otel.status_code", "ERROR");
+                }
+            }
             metrics::histogram!("webhook_attempt_seconds").record(elapsed.as_secs_f64());
             // The schedule's waits run from the attempt's end: a timed-out attempt still waits.
             let next = next_state(&self.settings.retry_schedule, &answer, number, d.max_attempts, micros(Utc::now()));
@@ -485,6 +510,11 @@ impl Shared {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
             .body(d.payload.clone());
+        // The partner can follow the booking's trace into its own service (W3C Trace Context).
+        let request = match TraceParent::of_span(&tracing::Span::current()) {
+            Some(parent) => request.header("traceparent", parent.to_string()),
+            None => request,
+        };
         match request.send().await {
             Ok(response) => {
                 let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);

@@ -458,12 +458,13 @@ impl ServerLog {
     /// A runtime whose threads log into this buffer: `clinic_booking` at debug level,
     /// everything else from warnings up.
     fn runtime(&self) -> tokio::runtime::Runtime {
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,clinic_booking=debug"))
-            .with_ansi(false)
-            .with_thread_names(true)
-            .with_writer(self.clone())
-            .finish();
+        use tracing_subscriber::layer::SubscriberExt;
+        // The service's OpenTelemetry layer, as `telemetry::init` installs it: each server
+        // exports its own spans (to its own collector, when a test gives it one).
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new("warn,clinic_booking=debug"))
+            .with(tracing_subscriber::fmt::layer().with_ansi(false).with_thread_names(true).with_writer(self.clone()))
+            .with(clinic_booking::telemetry::traces::layer());
         let dispatch = tracing::Dispatch::new(subscriber);
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

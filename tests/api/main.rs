@@ -28,6 +28,7 @@ mod schema;
 mod seats;
 mod servers;
 mod subscriptions;
+mod traces;
 mod waitlist;
 mod webhooks;
 mod widget;

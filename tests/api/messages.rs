@@ -660,6 +660,7 @@ async fn recording_is_idempotent_per_outbox_row_and_channel() {
         // Far ahead: no worker takes them during the test.
         due_at: now + chrono::Duration::days(365),
         committed_at: now,
+        trace_context: None,
     };
     let pass = [message(1, "EVENT", "EMAIL"), message(1, "EVENT", "SMS"), message(1, "REMINDER", "EMAIL")];
     assert_eq!(messages::record(app.db.conn(), &pass, now).await.unwrap(), 3);

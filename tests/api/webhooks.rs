@@ -44,7 +44,7 @@ pub(crate) struct Received {
 }
 
 impl Received {
-    fn header(&self, name: &str) -> &str {
+    pub(crate) fn header(&self, name: &str) -> &str {
         self.headers.get(name).map_or("", String::as_str)
     }
 
@@ -132,7 +132,7 @@ async fn receive(State(state): State<Arc<ReceiverState>>, uri: Uri, headers: Hea
 
 /// Polls `check` until it gives a value (30 s at most: the tests wait for behaviour, and a
 /// busy machine may be slow).
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

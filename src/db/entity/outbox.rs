@@ -47,6 +47,9 @@ pub struct Model {
     pub appointment_cancelled_by: Option<String>,
     /// The appointment's `rescheduled_to` as the event left it.
     pub appointment_rescheduled_to: Option<i64>,
+    /// The W3C `traceparent` of the span whose transaction wrote the row (the trace its
+    /// follow-up work joins); `None` when there was none.
+    pub trace_context: Option<String>,
 }
 
 impl Model {

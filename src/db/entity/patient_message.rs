@@ -54,6 +54,9 @@ pub struct Model {
     pub created_at: DateTimeUtc,
     /// When the server or gateway took it.
     pub sent_at: Option<DateTimeUtc>,
+    /// The W3C `traceparent` of the span whose transaction wrote the row (the trace its
+    /// follow-up work joins); `None` when there was none.
+    pub trace_context: Option<String>,
 }
 
 /// No relations.

@@ -46,6 +46,9 @@ pub struct Model {
     pub last_error: Option<String>,
     /// When it was recorded.
     pub created_at: DateTimeUtc,
+    /// The W3C `traceparent` of the span whose transaction wrote the row (the trace its
+    /// follow-up work joins); `None` when there was none.
+    pub trace_context: Option<String>,
 }
 
 /// No relations are navigated through sea-orm; queries join explicitly.

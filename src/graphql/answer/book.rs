@@ -176,6 +176,7 @@ impl BookPlan {
         };
         match outcome {
             Ok(answer) => {
+                crate::graphql::record_outcome(&answer);
                 let mut data = IndexMap::with_capacity(1);
                 data.insert(self.key.clone(), self.payload(&answer));
                 Response::new(Value::Object(data))

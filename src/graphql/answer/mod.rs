@@ -28,10 +28,14 @@ mod shape;
 
 use std::{sync::Arc, time::Duration};
 
-use async_graphql::{parser::types::OperationType, Request, Response, Variables};
+use async_graphql::{
+    parser::types::{DocumentOperations, OperationType},
+    Request, Response, Variables,
+};
 use axum::body::Bytes;
 use chrono::NaiveDate;
 use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub use book::BookPlan;
 pub use kept::made_of_slot_reads;
@@ -216,10 +220,15 @@ impl Pipeline {
         keepable: bool,
     ) -> (Response, bool, Option<Vec<Stamp>>) {
         let operation = request.operation_name.as_deref().unwrap_or("anonymous");
-        let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation);
         let document = documents::document(&request.query);
         let name = request.operation_name.as_deref();
         let op = document.as_deref().and_then(|d| chosen_operation(&d.doc, name));
+        // A lone named operation sent without `operationName` is still named in its trace.
+        let named = name.or_else(|| match &document.as_deref()?.doc.operations {
+            DocumentOperations::Multiple(ops) if ops.len() == 1 => ops.keys().next().map(|n| n.as_str()),
+            _ => None,
+        });
+        let span = operation_span(request_id, operation, named, op.map(|op| op.ty));
         let keepable = keepable && matches!((&document, op), (Some(d), Some(op)) if made_of_slot_reads(&d.doc, op));
         let shape = op.and_then(|op| shape::shape(name, op, &request.variables));
         let validated = matches!((&document, &shape), (Some(d), Some(s)) if d.passed(s));
@@ -264,6 +273,32 @@ impl Pipeline {
         let request = request.data(context).data(Loaders::new(self.service.db()));
         (schema.execute(request).instrument(run.span).await, stamps)
     }
+}
+
+/// The span of one operation: `graphql` in the logs (request id, operation name); in traces
+/// named by the operation's type and name, with OpenTelemetry's GraphQL attributes (and, for a
+/// booking, its outcome: [`crate::graphql::record_outcome`]).
+fn operation_span(request_id: &str, operation: &str, name: Option<&str>, ty: Option<OperationType>) -> tracing::Span {
+    let ty = match ty {
+        Some(OperationType::Query) => "query",
+        Some(OperationType::Mutation) => "mutation",
+        Some(OperationType::Subscription) => "subscription",
+        None => "",
+    };
+    let span_name = match (ty, name) {
+        ("", _) => "GraphQL operation".to_owned(),
+        (ty, Some(name)) => format!("{ty} {name}"),
+        (ty, None) => ty.to_owned(),
+    };
+    let span = tracing::info_span!("graphql", request_id = %request_id, operation = %operation, otel.name = %span_name);
+    // Attributes of the trace only: the log lines carry the operation already.
+    if !ty.is_empty() {
+        span.set_attribute("graphql.operation.type", ty);
+    }
+    if let Some(name) = name {
+        span.set_attribute("graphql.operation.name", name.to_owned());
+    }
+    span
 }
 
 /// What running one request needs besides the request.
