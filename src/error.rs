@@ -87,6 +87,10 @@ pub enum Field {
     ValidFrom,
     /// The week of a working-hours pattern (the message names the interval).
     Weekly,
+    /// The provider of an identity link.
+    Issuer,
+    /// The provider's subject of an identity link.
+    Subject,
 }
 
 impl Field {
@@ -128,6 +132,8 @@ impl Field {
             Self::LatestTime => "latestTime",
             Self::ValidFrom => "validFrom",
             Self::Weekly => "weekly",
+            Self::Issuer => "issuer",
+            Self::Subject => "subject",
         }
     }
 }
@@ -192,6 +198,8 @@ pub enum RefusalCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// The provider's identity already has a patient.
+    IdentityAlreadyLinked,
 }
 
 impl RefusalCode {
@@ -210,6 +218,7 @@ impl RefusalCode {
             Self::AppointmentNotActive => "APPOINTMENT_NOT_ACTIVE",
             Self::SlotClosed => "SLOT_CLOSED",
             Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
+            Self::IdentityAlreadyLinked => "IDENTITY_ALREADY_LINKED",
         }
     }
 }

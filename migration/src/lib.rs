@@ -29,6 +29,7 @@ mod m20261204_000003_contacts_per_booker;
 mod m20261205_000001_working_hours;
 mod m20261205_000002_find_slots;
 mod m20261206_000001_slot_specialty;
+mod m20261207_000020_patient_identity;
 
 /// The ordered list of every migration of the service.
 pub struct Migrator;
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000001_working_hours::Migration),
             Box::new(m20261205_000002_find_slots::Migration),
             Box::new(m20261206_000001_slot_specialty::Migration),
+            Box::new(m20261207_000020_patient_identity::Migration),
         ]
     }
 }

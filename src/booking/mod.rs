@@ -18,6 +18,7 @@ mod confirm;
 mod expire;
 pub mod find;
 pub mod hours;
+mod identity;
 pub mod input;
 mod publish;
 pub mod read;

@@ -6,6 +6,7 @@ mod cursor;
 pub mod error;
 pub mod find;
 pub mod hours;
+pub mod identity;
 pub mod loaders;
 pub mod messages;
 mod mutation;
@@ -46,6 +47,7 @@ pub struct QueryRoot(
     MessagesQuery,
     WebhookQuery,
     hours::HoursQuery,
+    identity::IdentityQuery,
 );
 
 /// Write operations.
@@ -57,6 +59,7 @@ pub struct MutationRoot(
     MessagesMutation,
     WebhookMutation,
     hours::HoursMutation,
+    identity::IdentityMutation,
 );
 
 /// The served schema.

@@ -314,6 +314,8 @@ pub enum UserErrorCode {
     SlotClosed,
     /// The patient already waits (or has an offer) for this doctor and day.
     AlreadyOnWaitlist,
+    /// The provider's identity already has a patient.
+    IdentityAlreadyLinked,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -331,6 +333,7 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::AppointmentNotActive => Self::AppointmentNotActive,
             RefusalCode::SlotClosed => Self::SlotClosed,
             RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
+            RefusalCode::IdentityAlreadyLinked => Self::IdentityAlreadyLinked,
         }
     }
 }

@@ -54,7 +54,7 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
         Ok(b) => b,
         Err(_) => return too_large(),
     };
-    if let Some(kept) = kept_answer(&state, &headers, &bytes, media) {
+    if let Some(kept) = kept_answer(&state, &headers, &bytes, media).await {
         return kept;
     }
     // The common body, one operation, is read straight into its parts. Anything else (a batch,
@@ -95,10 +95,10 @@ pub(super) async fn post(State(state): Shared, headers: HeaderMap, body: Body) -
 /// The kept answer to a request with exactly this body (slot lists and searches: see
 /// [`Pipeline::kept`]), if any. A request with a bad token is left to the usual path, which
 /// refuses it.
-fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
+async fn kept_answer(state: &AppState, headers: &HeaderMap, body: &[u8], media: &'static str) -> Option<Response> {
     let started = Instant::now();
     let (answer, operation) = state.pipeline.kept(body)?;
-    authenticate(state, headers).ok()?;
+    authenticate(state, headers).await.ok()?;
     metrics::counter!("answer_cache_hits_total").increment(1);
     metrics::counter!("graphql_requests_total", "operation" => operation.clone(), "outcome" => "ok").increment(1);
     metrics::histogram!("graphql_request_seconds", "operation" => operation).record(started.elapsed().as_secs_f64());
@@ -218,7 +218,7 @@ async fn execute(
     media: &'static str,
 ) -> Response {
     let request_id = request_id(headers);
-    let principal = match authenticate(state, headers) {
+    let principal = match authenticate(state, headers).await {
         Ok(p) => p,
         Err(msg) => {
             metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::UNAUTHENTICATED)
@@ -272,12 +272,12 @@ async fn execute(
 
 /// The principal proven by the `Authorization` header; `Err` for a token that is presented
 /// but not valid (refused on every operation, public ones included).
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, String> {
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, String> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(Principal::Anonymous);
     };
     let value = value.to_str().map_err(|_| "the Authorization header is not text".to_owned())?;
-    crate::auth::principal_from_header(&state.tokens, value)
+    crate::auth::principal_from_header(&state.tokens, value).await
 }
 
 /// One executed operation, ready to send.
