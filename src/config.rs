@@ -103,11 +103,12 @@ impl Config {
         let auth = auth::Settings::from_env(r)?;
         let single_process = db.target.is_sqlite() && redis.url.is_none();
         // Several instances must sign alike: only a lone instance may make its own secret.
-        if auth.jwt_secret.is_none() && !single_process {
+        // With trusted providers the secret is optional: then only their tokens are accepted.
+        if auth.jwt_secret.is_none() && auth.issuers.is_empty() && !single_process {
             return Err(ConfigError::new(
                 auth::settings::JWT_SECRET,
                 "",
-                "must be set when DATABASE_URL is PostgreSQL or REDIS_URL is set \
+                "must be set when DATABASE_URL is PostgreSQL or REDIS_URL is set, unless AUTH_ISSUERS is \
                  (only single-process dev mode makes its own secret)",
             ));
         }
@@ -183,6 +184,10 @@ pub(crate) mod tests {
     fn postgres_without_secret_is_refused() {
         let err = config(&[("DATABASE_URL", "postgres://x@localhost/db")]).unwrap_err();
         assert_eq!(err.var, "JWT_SECRET");
+        let issuers = r#"[{"issuer":"https://idp.example","audience":"clinic"}]"#;
+        let with_providers = config(&[("DATABASE_URL", "postgres://x@localhost/db"), ("AUTH_ISSUERS", issuers)]);
+        assert!(with_providers.is_ok_and(|c| c.auth.jwt_secret.is_none()), "providers make JWT_SECRET optional");
+        assert_eq!(config(&[("AUTH_ISSUERS", "[{}]")]).unwrap_err().var, "AUTH_ISSUERS");
     }
 
     #[test]

@@ -87,6 +87,10 @@ pub enum Field {
     ValidFrom,
     /// The week of a working-hours pattern (the message names the interval).
     Weekly,
+    /// The provider of an identity link.
+    Issuer,
+    /// The provider's subject of an identity link.
+    Subject,
 }
 
 impl Field {
@@ -128,6 +132,8 @@ impl Field {
             Self::LatestTime => "latestTime",
             Self::ValidFrom => "validFrom",
             Self::Weekly => "weekly",
+            Self::Issuer => "issuer",
+            Self::Subject => "subject",
         }
     }
 }
@@ -194,6 +200,8 @@ pub enum RefusalCode {
     AlreadyOnWaitlist,
     /// The patient missed `NO_SHOW_LIMIT` or more appointments in the last 365 days.
     NoShowLimitReached,
+    /// The provider's identity already has a patient.
+    IdentityAlreadyLinked,
 }
 
 impl RefusalCode {
@@ -213,6 +221,7 @@ impl RefusalCode {
             Self::SlotClosed => "SLOT_CLOSED",
             Self::AlreadyOnWaitlist => "ALREADY_ON_WAITLIST",
             Self::NoShowLimitReached => "NO_SHOW_LIMIT_REACHED",
+            Self::IdentityAlreadyLinked => "IDENTITY_ALREADY_LINKED",
         }
     }
 }

@@ -139,6 +139,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
             let secret = match config.auth.jwt_secret {
                 Some(s) => s,
+                None if !config.auth.issuers.is_empty() => {
+                    anyhow::bail!("token: JWT_SECRET is not set and AUTH_ISSUERS is: get tokens from the providers")
+                }
                 None => {
                     load_or_create_dev_secret(&config.data_dir)
                         .map_err(|e| StartupError::dev_secret(&config.data_dir, &e))?

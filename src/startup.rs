@@ -6,7 +6,7 @@ use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::Notify};
 
 use crate::{
-    auth::{load_or_create_dev_secret, TokenIssuer},
+    auth::{load_or_create_dev_secret, Authenticator, TokenIssuer},
     booking::{BookingService, ExpiryJob, HorizonJob},
     config::Config,
     db::{redact_url, DatabaseTarget, Db, StoreError},
@@ -25,6 +25,8 @@ use crate::{
 /// Connections of the delivery workers' pool: the message worker's one, the webhook worker's
 /// claims and its batches of outcomes (three at once), and its attempts' rare single writes.
 const DELIVERY_CONNECTIONS: u32 = 6;
+/// The `service_key` of webhook event ids.
+const WEBHOOK_EVENT_KEY: &str = "webhook_event_ids";
 
 /// Why an instance could not start: one line that names the setting, its value (without a
 /// password) and the cause, said once (no chain of sources repeating it).
@@ -82,6 +84,9 @@ pub enum StartupError {
     /// The trace exporter could not be set up.
     #[error("{0}")]
     Traces(String),
+    /// The HTTP client of the providers' keys could not be made.
+    #[error("cannot set up AUTH_ISSUERS' key fetches: {0}")]
+    Issuers(String),
     /// `REDIS_URL` is not usable.
     #[error("cannot use REDIS_URL ({url}): {reason}")]
     Redis {
@@ -187,7 +192,9 @@ impl Application {
         // This instance's tracer provider (its root spans name it; see `telemetry::traces`).
         let traces = Tracing::start(&config.telemetry.traces).map_err(StartupError::Traces)?;
         let secret = match &config.auth.jwt_secret {
-            Some(s) => s.clone(),
+            Some(s) => Some(s.clone()),
+            // With providers trusted, only their tokens are accepted.
+            None if !config.auth.issuers.is_empty() => None,
             None => {
                 let (secret, path, created) = load_or_create_dev_secret(&config.data_dir)
                     .map_err(|e| StartupError::dev_secret(&config.data_dir, &e))?;
@@ -197,7 +204,7 @@ impl Application {
                     "JWT_SECRET is not set: dev mode signs tokens with the secret kept in this file; \
                      mint one with `clinic-booking token --role admin --sub 1`"
                 );
-                secret
+                Some(secret)
             }
         };
         // A booking statement per bulkhead place, and one for each batcher.
@@ -226,7 +233,12 @@ impl Application {
         let webhook_bell = Arc::new(Notify::new());
         let policy = Arc::new(UrlPolicy::new(config.webhooks.allow_cidrs.clone()));
         let max_attempts = config.webhooks.max_attempts();
-        let event_ids = EventIds::new(secret.expose()).map_err(StartupError::Webhooks)?;
+        // Keyed by a key kept in the database, shared by every instance and independent of
+        // JWT_SECRET (which may be unset, or rotated, without changing the ids of events).
+        let event_key = crate::db::identities::service_key(&db, WEBHOOK_EVENT_KEY)
+            .await
+            .map_err(|e| StartupError::migrate(target, &e))?;
+        let event_ids = EventIds::new(event_key.as_bytes()).map_err(StartupError::Webhooks)?;
         let room = config.webhooks.concurrency.max(1).saturating_mul(crate::events::handoff::ROOM_PER_PLACE);
         let webhook_handoff = Arc::new(crate::events::Handoff::new(room));
         let recorder =
@@ -276,12 +288,17 @@ impl Application {
         if let Some(keep) = config.retention.keep {
             handles.push(RetentionJob::start(service.db().clone(), keep, stopping));
         }
-        let jobs = Jobs { handles, stop };
+        let mut jobs = Jobs { handles, stop };
         let limits = config.graphql.limits;
         let more = MoreServices { webhooks: Some(webhook_service) };
         let pipeline = Arc::new(Pipeline::new(limits, service.clone(), more, config.graphql.answer_cache_ttl));
         let subscriptions = SubscriptionExecutor::new(Arc::clone(&pipeline), live, limits);
-        let tokens = Arc::new(TokenIssuer::new(&secret)?);
+        let local = secret.as_ref().map(TokenIssuer::new).transpose()?;
+        let tokens = Authenticator::new(local, &config.auth.issuers)
+            .map_err(|e| StartupError::Issuers(e.to_string()))?
+            .with_links(Arc::new(service.db().clone()));
+        jobs.handles.extend(tokens.start(&jobs.stop.subscribe()));
+        let tokens = Arc::new(tokens);
         let fhir = FhirState {
             service: service.clone(),
             tokens: Arc::clone(&tokens),

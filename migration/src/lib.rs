@@ -30,6 +30,7 @@ mod m20261205_000001_working_hours;
 mod m20261205_000002_find_slots;
 mod m20261206_000001_slot_specialty;
 mod m20261207_000010_front_desk;
+mod m20261207_000020_patient_identity;
 mod m20261207_000040_trace_context;
 
 pub use m20261207_000010_front_desk::{APPOINTMENT_STATUSES, OVERLAPPING_STATUSES};
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000002_find_slots::Migration),
             Box::new(m20261206_000001_slot_specialty::Migration),
             Box::new(m20261207_000010_front_desk::Migration),
+            Box::new(m20261207_000020_patient_identity::Migration),
             Box::new(m20261207_000040_trace_context::Migration),
         ]
     }

@@ -144,7 +144,7 @@ fn caller_from_claims(claims: &Claims) -> Result<Caller, TokenError> {
         ),
         _ => None,
     };
-    Ok(Caller { sub: claims.sub.clone(), role, patient_id, doctor_id })
+    Ok(Caller { expires_at: Some(claims.exp), ..Caller::local(claims.sub.clone(), role, patient_id, doctor_id) })
 }
 
 #[cfg(test)]
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(i.verify(&fresh)?.sub, "p", "served from the verified tokens");
         let expired = claims("partner", "p", -5);
         let (exp, token) = (expired.exp, i.issue(&expired)?);
-        let caller = Caller { sub: "p".into(), role: Role::Partner, patient_id: None, doctor_id: None };
+        let caller = Caller::local("p", Role::Partner, None, None);
         i.verified.lock().unwrap_or_else(PoisonError::into_inner).insert(token.clone(), (caller, exp));
         assert!(i.verify(&token).is_err(), "a remembered token past its exp is refused");
         Ok(())

@@ -1,18 +1,27 @@
-//! Who is calling: bearer tokens (HS256 JWT), the roles of the contract, and the rules of
-//! what each role may see and do.
+//! Who is calling: bearer tokens (the service's own HS256 tokens and the access tokens of the
+//! clinic's OpenID Connect providers), the roles of the contract, and the rules of what each
+//! role may see and do.
 //!
 //! A request carries no token (anonymous), a valid token (a [`Caller`]), or an invalid one,
-//! which is refused with `UNAUTHENTICATED` before any operation runs.
+//! which is refused with `UNAUTHENTICATED` before any operation runs. The [`Authenticator`]
+//! routes a token by its `iss`: none (or `clinic-booking`) to `JWT_SECRET`, a trusted
+//! provider's to that provider's keys ([`keys::KeySet`]).
 
+mod authenticator;
 mod jwt;
+pub mod keys;
+pub mod provider;
 mod secret;
 pub mod settings;
 
+pub use authenticator::{Authenticator, IssuerState, SmartProvider};
 pub use jwt::{Claims, TokenError, TokenIssuer};
 pub use secret::load_or_create_dev_secret;
 pub use settings::{Secret, Settings};
 
 use std::fmt;
+
+use sha2::{Digest, Sha256};
 
 /// The roles of the contract.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,6 +74,12 @@ pub fn scope(role: Role, sub: &str) -> String {
     format!("{role}:{sub}")
 }
 
+/// A provider's short, fixed-length tag in scopes: the first 8 bytes of SHA-256 of its issuer,
+/// in hex (scopes are stored in 160 characters; an issuer may be longer).
+fn issuer_tag(issuer: &str) -> String {
+    hex::encode(&Sha256::digest(issuer.as_bytes())[..8])
+}
+
 /// An authenticated caller, as proven by a valid token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
@@ -72,17 +87,45 @@ pub struct Caller {
     pub sub: String,
     /// The token's role.
     pub role: Role,
-    /// The patient this caller is, for the patient role (its `sub` as a number).
+    /// The patient this caller is, for the patient role (its `sub` as a number for
+    /// `JWT_SECRET` tokens; a provider's claim or identity link otherwise).
     pub patient_id: Option<i64>,
     /// The doctor this caller is, for the doctor role (its `doctor_id` claim).
     pub doctor_id: Option<i64>,
+    /// The provider that issued the token; `None` for the service's own (`JWT_SECRET`) tokens.
+    pub issuer: Option<String>,
+    /// A provider's partner: its client id (`client_id`, else `azp`).
+    pub partner_id: Option<String>,
+    /// When the token stops being accepted (its `exp` plus the leeway), seconds since the
+    /// Unix epoch.
+    pub expires_at: Option<i64>,
 }
 
 impl Caller {
-    /// The caller's identity as stored with what it creates: `role:sub`. Idempotency keys are
-    /// scoped by it, and a partner sees the appointments whose creator it is.
+    /// A caller of a `JWT_SECRET` token with no expiry (tests and tools).
+    pub fn local(sub: impl Into<String>, role: Role, patient_id: Option<i64>, doctor_id: Option<i64>) -> Self {
+        Self { sub: sub.into(), role, patient_id, doctor_id, issuer: None, partner_id: None, expires_at: None }
+    }
+
+    /// The caller's identity as stored with what it creates: `role:sub` for `JWT_SECRET`
+    /// tokens, `role@<issuer tag>#<id>` for a provider's (the id is the client id for partners,
+    /// the subject otherwise). Idempotency keys are scoped by it, and a partner sees the
+    /// appointments whose creator it is. A local scope never holds `@` before its `:`, and the
+    /// tag differs per provider, so identities of two providers, or of a provider and
+    /// `JWT_SECRET`, never collide.
     pub fn scope(&self) -> String {
-        scope(self.role, &self.sub)
+        match &self.issuer {
+            None => scope(self.role, &self.sub),
+            Some(issuer) => {
+                format!("{}@{}#{}", self.role, issuer_tag(issuer), self.partner_id.as_deref().unwrap_or(&self.sub))
+            }
+        }
+    }
+
+    /// The partner this caller is, for the partner role: its client id, or the subject of a
+    /// `JWT_SECRET` token.
+    pub fn partner(&self) -> Option<&str> {
+        (self.role == Role::Partner).then(|| self.partner_id.as_deref().unwrap_or(&self.sub))
     }
 
     /// True when the caller may manage `doctor_id`'s schedule.
@@ -147,17 +190,18 @@ impl Caller {
 
 /// The principal an `Authorization` header value proves: `Bearer <token>` with a valid token.
 /// `Err` (with a message for the client) for anything presented that is not a valid token.
-pub fn principal_from_header(tokens: &TokenIssuer, value: &str) -> Result<Principal, String> {
+pub async fn principal_from_header(tokens: &Authenticator, value: &str) -> Result<Principal, String> {
     let mut parts = value.trim().splitn(2, ' ');
     let scheme = parts.next().unwrap_or("");
     let token = parts.next().map(str::trim).unwrap_or("");
     if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        metrics::counter!("auth_tokens_refused_total", "reason" => "malformed").increment(1);
         return Err("the Authorization header must be `Bearer <token>`".into());
     }
-    match tokens.verify(token) {
+    match tokens.verify(token).await {
         Ok(caller) => Ok(Principal::Caller(caller)),
-        Err(e) => {
-            tracing::debug!(error = %e, "token refused");
+        Err(reason) => {
+            tracing::debug!(reason = reason.label(), "token refused");
             Err("the bearer token is invalid or expired".into())
         }
     }
@@ -168,12 +212,27 @@ mod tests {
     use super::*;
 
     fn caller(role: Role, sub: &str) -> Caller {
-        Caller {
-            sub: sub.into(),
+        Caller::local(
+            sub,
             role,
-            patient_id: if role == Role::Patient { sub.parse().ok() } else { None },
-            doctor_id: (role == Role::Doctor).then_some(9),
-        }
+            if role == Role::Patient { sub.parse().ok() } else { None },
+            (role == Role::Doctor).then_some(9),
+        )
+    }
+
+    #[test]
+    fn scopes_of_providers_and_the_secret_never_collide() {
+        let local = caller(Role::Partner, "app");
+        let of = |iss: &str| Caller {
+            issuer: Some(iss.into()),
+            partner_id: Some("app".into()),
+            ..caller(Role::Partner, "app")
+        };
+        let (a, b) = (of("https://a.example"), of("https://b.example"));
+        assert_eq!(local.scope(), "partner:app");
+        assert_ne!(a.scope(), b.scope());
+        assert!(a.scope().starts_with("partner@") && a.scope().ends_with("#app") && a.scope().len() < 40);
+        assert_eq!((a.partner(), local.partner()), (Some("app"), Some("app")));
     }
 
     #[test]

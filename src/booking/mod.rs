@@ -19,6 +19,7 @@ mod desk;
 mod expire;
 pub mod find;
 pub mod hours;
+mod identity;
 pub mod input;
 mod publish;
 pub mod read;

@@ -39,6 +39,7 @@ pub mod fhir;
 pub mod find;
 mod hot;
 pub mod hours;
+pub mod identities;
 pub mod messages;
 pub mod outbox;
 pub mod seats;

@@ -2,8 +2,8 @@
 
 use super::resources::{
     CapabilityImplementation, CapabilityInteraction, CapabilityOperation, CapabilityResource, CapabilityRest,
-    CapabilitySearchParam, CapabilitySecurity, CapabilitySoftware, CapabilityStatement, OperationDefinition,
-    OperationDefinitionParameter,
+    CapabilitySearchParam, CapabilitySecurity, CapabilitySoftware, CapabilityStatement, CodeableConcept, Coding,
+    Extension, OperationDefinition, OperationDefinitionParameter,
 };
 
 /// When the statement last changed (update it with the surface).
@@ -24,6 +24,48 @@ fn read_only(kind: &str, documentation: &str) -> CapabilityResource {
         interaction: interactions(&["read"]),
         ..CapabilityResource::default()
     }
+}
+
+/// Where a SMART app signs in: the first trusted provider's endpoints.
+#[derive(Clone, Debug)]
+pub struct OauthUris {
+    /// `authorization_endpoint`.
+    pub authorize: String,
+    /// `token_endpoint`.
+    pub token: String,
+}
+
+/// The SMART App Launch extension naming the authorize and token URLs.
+const OAUTH_URIS: &str = "http://fhir-registry.smarthealthit.org/StructureDefinition/oauth-uris";
+
+/// `rest.security` naming SMART-on-FHIR and the provider's endpoints.
+fn smart_security(security: &mut CapabilitySecurity, uris: &OauthUris) {
+    let uri =
+        |name: &str, value: &str| Extension { url: name.into(), value_uri: Some(value.into()), ..Extension::default() };
+    security.extension = vec![Extension {
+        url: OAUTH_URIS.into(),
+        extension: vec![uri("authorize", &uris.authorize), uri("token", &uris.token)],
+        ..Extension::default()
+    }];
+    security.service = vec![CodeableConcept {
+        coding: vec![Coding {
+            system: Some("http://terminology.hl7.org/CodeSystem/restful-security-service".into()),
+            code: Some("SMART-on-FHIR".into()),
+            ..Coding::default()
+        }],
+        text: Some("OAuth2 using SMART-on-FHIR profile (see /fhir/.well-known/smart-configuration)".into()),
+    }];
+}
+
+/// [`statement`], naming SMART-on-FHIR and `uris` in `rest.security` when providers are trusted.
+pub fn statement_with(base: &str, uris: Option<&OauthUris>) -> CapabilityStatement {
+    let mut statement = statement(base);
+    if let (Some(uris), Some(rest)) = (uris, statement.rest.first_mut()) {
+        if let Some(security) = rest.security.as_mut() {
+            smart_security(security, uris);
+        }
+    }
+    statement
 }
 
 /// The statement, with absolute URLs under `base` (the `/fhir` URL).
@@ -63,6 +105,8 @@ pub fn statement(base: &str) -> CapabilityStatement {
                 "Reads are public except Appointment. The feed is at $bulk-publish (SMART Scheduling Links).".into(),
             ),
             security: Some(CapabilitySecurity {
+                extension: vec![],
+                service: vec![],
                 cors: None,
                 description: Some(
                     "Appointment reads, $hold and $book take `Authorization: Bearer <JWT>`, the tokens of the GraphQL \

@@ -148,6 +148,11 @@ fn outcomes_and_definitions() {
     check("outcome-slot-full", Resource::OperationOutcome(full.outcome()));
     let base = "https://api.example.com/fhir";
     check("capability-statement", Resource::CapabilityStatement(capability::statement(base)));
+    let uris = capability::OauthUris {
+        authorize: "https://idp.example.com/auth".into(),
+        token: "https://idp.example.com/token".into(),
+    };
+    check("capability-statement-smart", Resource::CapabilityStatement(capability::statement_with(base, Some(&uris))));
     let book = capability::operation_definition(base, "Appointment-book").unwrap();
     check("operation-book", Resource::OperationDefinition(book));
     let find = capability::operation_definition(base, "Appointment-find").unwrap();

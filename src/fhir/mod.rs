@@ -47,7 +47,7 @@ use self::{
     search::narrow,
 };
 use crate::{
-    auth::{Caller, Principal, TokenIssuer},
+    auth::{Authenticator, Caller, Principal},
     booking::{input::parse_id, BookRequest, Booked, BookingService},
     db::{self, entity::appointment, fhir::SlotSearch},
     error::Outcome,
@@ -63,7 +63,7 @@ pub struct FhirState {
     /// The booking service.
     pub service: BookingService,
     /// Verifies bearer tokens.
-    pub tokens: Arc<TokenIssuer>,
+    pub tokens: Arc<Authenticator>,
     /// The SMART Scheduling Links feed.
     pub feed: Feed,
     /// The surface's settings (`PUBLIC_BASE_URL`, the feed's `max-age`, …).
@@ -82,6 +82,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: FhirState) -> Router<S> {
     let state = Arc::new(state);
     Router::new()
         .route("/metadata", get(metadata))
+        .route("/.well-known/smart-configuration", get(smart_configuration))
         .route("/$bulk-publish", get(manifest))
         .route("/$bulk-publish/{file}", get(feed_file))
         .route("/Practitioner/{id}", get(read_practitioner))
@@ -109,7 +110,7 @@ async fn refuse_invalid_tokens(
     next: axum::middleware::Next,
 ) -> Response {
     if req.headers().contains_key(header::AUTHORIZATION) {
-        if let Err(e) = state.principal(req.headers()) {
+        if let Err(e) = state.principal(req.headers()).await {
             return e.into_response();
         }
     }
@@ -141,18 +142,18 @@ impl FhirState {
     }
 
     /// Who is calling: anonymous, a caller, or `401` for a token that is presented but invalid.
-    fn principal(&self, headers: &HeaderMap) -> Result<Principal, FhirError> {
+    async fn principal(&self, headers: &HeaderMap) -> Result<Principal, FhirError> {
         let Some(value) = headers.get(header::AUTHORIZATION) else {
             return Ok(Principal::Anonymous);
         };
         let value =
             value.to_str().map_err(|_| FhirError::new("UNAUTHENTICATED", "the Authorization header is not text"))?;
-        crate::auth::principal_from_header(&self.tokens, value).map_err(|m| FhirError::new("UNAUTHENTICATED", m))
+        crate::auth::principal_from_header(&self.tokens, value).await.map_err(|m| FhirError::new("UNAUTHENTICATED", m))
     }
 
     /// The caller, or `401` when there is none.
-    fn caller(&self, headers: &HeaderMap) -> Result<Caller, FhirError> {
-        match self.principal(headers)? {
+    async fn caller(&self, headers: &HeaderMap) -> Result<Caller, FhirError> {
+        match self.principal(headers).await? {
             Principal::Caller(c) => Ok(c),
             Principal::Anonymous => Err(FhirError::new("UNAUTHENTICATED", "send Authorization: Bearer <token>")),
         }
@@ -173,7 +174,44 @@ fn resource_response(status: StatusCode, resource: &Resource) -> Response {
 /// `GET /fhir/metadata`.
 async fn metadata(State(state): Shared, headers: HeaderMap) -> Response {
     let base = state.base(&headers);
-    resource_response(StatusCode::OK, &Resource::CapabilityStatement(capability::statement(&base)))
+    let uris =
+        state.tokens.smart_provider().and_then(|p| p.discovery).and_then(|d| {
+            Some(capability::OauthUris { authorize: d.authorization_endpoint?, token: d.token_endpoint? })
+        });
+    resource_response(StatusCode::OK, &Resource::CapabilityStatement(capability::statement_with(&base, uris.as_ref())))
+}
+
+/// `GET /fhir/.well-known/smart-configuration`: the SMART App Launch discovery document of the
+/// first trusted provider; `404` when none is, `503` until its discovery document was read.
+async fn smart_configuration(State(state): Shared) -> Response {
+    let Some(provider) = state.tokens.smart_provider() else {
+        return FhirError::new("NOT_FOUND", "no identity provider is configured (AUTH_ISSUERS)").into_response();
+    };
+    let Some(discovery) = provider.discovery else {
+        let unreachable = FhirError::new("UNAVAILABLE", "the identity provider has not been reached yet");
+        return FhirError { retry_after: Some(5), ..unreachable }.into_response();
+    };
+    let doc = serde_json::json!({
+        "issuer": provider.issuer,
+        "jwks_uri": provider.jwks_uri,
+        "authorization_endpoint": discovery.authorization_endpoint,
+        "token_endpoint": discovery.token_endpoint,
+        "token_endpoint_auth_methods_supported": ["client_secret_basic", "private_key_jwt"],
+        "grant_types_supported": ["authorization_code", "client_credentials"],
+        "code_challenge_methods_supported": ["S256"],
+        "scopes_supported": ["openid", "fhirUser", "launch/patient", "patient/*.rs", "system/*.rs"],
+        "response_types_supported": ["code"],
+        "capabilities": [
+            "launch-standalone",
+            "client-public",
+            "client-confidential-symmetric",
+            "client-confidential-asymmetric",
+            "context-standalone-patient",
+            "sso-openid-connect",
+            "permission-v2"
+        ]
+    });
+    (StatusCode::OK, axum::Json(doc)).into_response()
 }
 
 /// `GET /fhir/OperationDefinition/{id}`.
@@ -375,7 +413,7 @@ async fn read_appointment(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, FhirError> {
-    let principal = match state.principal(&headers)? {
+    let principal = match state.principal(&headers).await? {
         Principal::Anonymous => return Err(FhirError::new("UNAUTHENTICATED", "send Authorization: Bearer <token>")),
         p => p,
     };
@@ -436,7 +474,7 @@ async fn seat_request(
     body: Body,
     confirm_allowed: bool,
 ) -> Result<(Caller, SeatTarget), FhirError> {
-    let caller = state.caller(headers)?;
+    let caller = state.caller(headers).await?;
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let media = ct.to_str().unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         if media != FHIR_JSON && media != "application/json" {

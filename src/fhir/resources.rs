@@ -106,6 +106,12 @@ pub struct Extension {
     /// A date-time value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value_date_time: Option<String>,
+    /// A URI value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_uri: Option<String>,
+    /// Nested extensions (a complex extension, such as SMART's `oauth-uris`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension: Vec<Extension>,
 }
 
 /// `HumanName`.
@@ -463,9 +469,15 @@ pub struct CapabilityRest {
 /// `CapabilityStatement.rest.security`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapabilitySecurity {
+    /// SMART's `oauth-uris` (the provider's authorize and token URLs), when providers are trusted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extension: Vec<Extension>,
     /// Whether CORS headers are sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<bool>,
+    /// `SMART-on-FHIR`, when providers are trusted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub service: Vec<CodeableConcept>,
     /// Bearer tokens, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -7,6 +7,7 @@ pub mod desk;
 pub mod error;
 pub mod find;
 pub mod hours;
+pub mod identity;
 pub mod loaders;
 pub mod messages;
 mod mutation;
@@ -48,6 +49,7 @@ pub struct QueryRoot(
     WebhookQuery,
     hours::HoursQuery,
     desk::DeskQuery,
+    identity::IdentityQuery,
 );
 
 /// Write operations.
@@ -60,6 +62,7 @@ pub struct MutationRoot(
     WebhookMutation,
     hours::HoursMutation,
     desk::DeskMutation,
+    identity::IdentityMutation,
 );
 
 /// The served schema.

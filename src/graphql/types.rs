@@ -342,6 +342,8 @@ pub enum UserErrorCode {
     AlreadyOnWaitlist,
     /// The patient missed `NO_SHOW_LIMIT` or more appointments in the last 365 days.
     NoShowLimitReached,
+    /// The provider's identity already has a patient.
+    IdentityAlreadyLinked,
 }
 
 impl From<RefusalCode> for UserErrorCode {
@@ -360,6 +362,7 @@ impl From<RefusalCode> for UserErrorCode {
             RefusalCode::SlotClosed => Self::SlotClosed,
             RefusalCode::AlreadyOnWaitlist => Self::AlreadyOnWaitlist,
             RefusalCode::NoShowLimitReached => Self::NoShowLimitReached,
+            RefusalCode::IdentityAlreadyLinked => Self::IdentityAlreadyLinked,
         }
     }
 }

@@ -201,7 +201,7 @@ async fn execute(
     media: &'static str,
 ) -> Response {
     let request_id = request_id(headers);
-    let principal = match authenticate(state, headers) {
+    let principal = match authenticate(state, headers).await {
         Ok(p) => p,
         Err(msg) => {
             metrics::counter!("graphql_requests_total", "operation" => "unknown", "outcome" => code::UNAUTHENTICATED)
@@ -269,12 +269,12 @@ async fn execute(
 
 /// The principal proven by the `Authorization` header; `Err` for a token that is presented
 /// but not valid (refused on every operation, public ones included).
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, String> {
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, String> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(Principal::Anonymous);
     };
     let value = value.to_str().map_err(|_| "the Authorization header is not text".to_owned())?;
-    crate::auth::principal_from_header(&state.tokens, value)
+    crate::auth::principal_from_header(&state.tokens, value).await
 }
 
 /// The media type to answer with: `application/graphql-response+json` unless the client

@@ -1,4 +1,5 @@
-//! `/healthz` (the process answers) and `/readyz` (its database, and Redis if configured).
+//! `/healthz` (the process answers) and `/readyz` (its database, Redis if configured, and the
+//! keys of each trusted identity provider).
 
 use std::time::Duration;
 
@@ -15,7 +16,8 @@ pub(super) async fn healthz() -> impl IntoResponse {
 }
 
 /// 503 when the database does not answer; 200 `degraded` when only Redis is down, because
-/// bookings never depend on Redis.
+/// bookings never depend on Redis, or while a provider's keys cannot be fetched (its tokens
+/// are refused, everyone else's are served).
 pub(super) async fn readyz(State(state): Shared) -> impl IntoResponse {
     let db = matches!(tokio::time::timeout(CHECK_TIMEOUT, state.service.db().ping()).await, Ok(Ok(())));
     let redis = match &state.redis {
@@ -25,12 +27,21 @@ pub(super) async fn readyz(State(state): Shared) -> impl IntoResponse {
             _ => "down",
         },
     };
+    let issuers = state.tokens.issuers();
+    let unreachable = issuers.iter().any(|i| !i.reachable);
     let (code, status) = match (db, redis) {
         (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
         (true, "down") => (StatusCode::OK, "degraded"),
+        (true, _) if unreachable => (StatusCode::OK, "degraded"),
         (true, _) => (StatusCode::OK, "ok"),
     };
-    (code, Json(json!({ "status": status, "database": if db { "ok" } else { "down" }, "redis": redis })))
+    let mut body = json!({ "status": status, "database": if db { "ok" } else { "down" }, "redis": redis });
+    if !issuers.is_empty() {
+        let states: serde_json::Map<String, serde_json::Value> =
+            issuers.into_iter().map(|i| (i.issuer, json!(if i.reachable { "ok" } else { "unreachable" }))).collect();
+        body["issuers"] = serde_json::Value::Object(states);
+    }
+    (code, Json(body))
 }
 
 async fn ping_redis(client: &redis::Client) -> redis::RedisResult<()> {

@@ -25,7 +25,7 @@ use axum::{
 };
 use tower_http::{catch_panic::CatchPanicLayer, trace::TraceLayer};
 
-use crate::{auth::TokenIssuer, booking::BookingService, graphql::Pipeline};
+use crate::{auth::Authenticator, booking::BookingService, graphql::Pipeline};
 
 pub use self::{cors::AllowedOrigins, metrics::install_recorder, settings::Settings};
 
@@ -36,7 +36,7 @@ pub struct AppState {
     /// The booking service.
     pub service: BookingService,
     /// Verifies bearer tokens.
-    pub tokens: Arc<TokenIssuer>,
+    pub tokens: Arc<Authenticator>,
     /// Request limits.
     pub limits: HttpLimits,
     /// Redis, when configured (readiness reports it).

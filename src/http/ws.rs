@@ -9,13 +9,16 @@
 //! | code | when |
 //! | --- | --- |
 //! | 4400 | a message that is not valid JSON of the protocol |
-//! | 4401 | `subscribe` before `connection_init` was acknowledged |
+//! | 4401 | `subscribe` before `connection_init` was acknowledged, or the token expired |
 //! | 4403 | the token in `connection_init` is invalid |
 //! | 4408 | no `connection_init` within `WS_INIT_TIMEOUT_MS` |
 //! | 4409 | `subscribe` with the id of an operation still running |
 //! | 4429 | a second `connection_init` |
 //! | 1001 | the server is shutting down |
 //! | 1000 | the operations ended (legacy `connection_terminate`) |
+//!
+//! A connection opened with a token is closed with 4401 when the token expires (its `exp` plus
+//! the provider's leeway): the client opens a new one with a fresh token.
 //!
 //! A client's own close frame is echoed (with its code) before the server closes the TCP
 //! connection, as RFC 6455 asks.
@@ -367,17 +370,22 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
 
     let tokens = Arc::clone(&state.tokens);
     let init_conn = Arc::clone(&conn);
+    // When the token of `connection_init` stops being accepted (Unix seconds).
+    let (expiry_tx, mut expiry_rx) = tokio::sync::watch::channel(None::<i64>);
     let mut session = Data::default();
     session.insert(state.subscriptions.live().clone());
     let operations =
         async_graphql::http::WebSocket::from_message_stream(state.subscriptions.clone(), inbound, protocol)
             .connection_data(session)
             .on_connection_init(move |payload| async move {
-                let data = connection_data(&tokens, &payload, handshake_token.as_deref());
-                if data.is_err() {
-                    lock(&init_conn).init_refused = true;
+                let data = connection_data(&tokens, &payload, handshake_token.as_deref()).await;
+                match &data {
+                    Ok((_, expires_at)) => {
+                        expiry_tx.send_replace(*expires_at);
+                    }
+                    Err(_) => lock(&init_conn).init_refused = true,
                 }
-                data
+                data.map(|(data, _)| data)
             });
     futures_util::pin_mut!(operations);
 
@@ -385,10 +393,22 @@ async fn serve(socket: WebSocket, state: Arc<AppState>, protocol: WebSocketProto
     let init_deadline = tokio::time::sleep(limits.ws_init_timeout);
     futures_util::pin_mut!(stopped, init_deadline);
     let mut init_checked = false;
+    let expiry = tokio::time::sleep(std::time::Duration::from_secs(365 * 24 * 3600));
+    futures_util::pin_mut!(expiry);
+    let mut expiry_armed = false;
     let close = loop {
         tokio::select! {
             biased;
             () = &mut stopped => break Some((code::GOING_AWAY, "server shutting down".to_owned())),
+            () = &mut expiry, if expiry_armed => break Some((code::UNAUTHORIZED, "token expired".to_owned())),
+            Ok(()) = expiry_rx.changed(), if !expiry_armed => {
+                if let Some(at) = *expiry_rx.borrow() {
+                    let left = at.saturating_sub(chrono::Utc::now().timestamp()).saturating_add(1);
+                    let left = std::time::Duration::from_secs(u64::try_from(left).unwrap_or(0));
+                    expiry.as_mut().reset(tokio::time::Instant::now() + left);
+                    expiry_armed = true;
+                }
+            }
             () = &mut init_deadline, if !init_checked => {
                 init_checked = true;
                 if !lock(&conn).init_seen {
@@ -453,12 +473,12 @@ fn refine(conn: &Mutex<Conn>, code: u16, reason: String) -> (u16, String) {
 
 /// Authenticates a `connection_init` payload (`{"Authorization": "Bearer …"}`), or without a
 /// token there the handshake's `Authorization` header; no token means anonymous, an invalid one
-/// closes the connection.
-fn connection_data(
-    tokens: &crate::auth::TokenIssuer,
+/// closes the connection. With the data, when the token stops being accepted.
+async fn connection_data(
+    tokens: &crate::auth::Authenticator,
     payload: &serde_json::Value,
     handshake_token: Option<&str>,
-) -> async_graphql::Result<Data> {
+) -> async_graphql::Result<(Data, Option<i64>)> {
     // The init payload's token is the protocol's own place for it, so it wins over the handshake's.
     let header = ["Authorization", "authorization"]
         .iter()
@@ -468,11 +488,12 @@ fn connection_data(
         .or(handshake_token);
     let principal = match header {
         None => Principal::Anonymous,
-        Some(value) => crate::auth::principal_from_header(tokens, value).map_err(async_graphql::Error::new)?,
+        Some(value) => crate::auth::principal_from_header(tokens, value).await.map_err(async_graphql::Error::new)?,
     };
+    let expires_at = principal.caller().and_then(|c| c.expires_at);
     let mut data = Data::default();
     data.insert(RequestContext::new(principal, uuid::Uuid::new_v4().to_string()));
-    Ok(data)
+    Ok((data, expires_at))
 }
 
 #[cfg(test)]

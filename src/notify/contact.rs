@@ -179,7 +179,7 @@ impl ContactService {
 /// Whose details a caller's writes and reads are: a partner's own, else the patient's.
 fn booker_of(caller: &Caller) -> String {
     match caller.role {
-        Role::Partner => partner_booker(&caller.sub),
+        Role::Partner => caller.scope(),
         Role::Patient | Role::Admin | Role::Doctor => contacts::OWN.to_owned(),
     }
 }

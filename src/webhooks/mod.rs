@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn who_manages_endpoints() {
-        let caller = |role, sub: &str| Caller { sub: sub.into(), role, patient_id: None, doctor_id: None };
+        let caller = |role, sub: &str| Caller::local(sub, role, None, None);
         let mut endpoint = webhook_endpoint::Model {
             id: 1,
             owner: "partner:a".into(),

@@ -345,7 +345,7 @@ async fn paging_while_bookings_fill_and_free_slots_never_repeats_or_skips() {
                 touched.insert(s.id);
             }
         }
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             if let Some((p, id)) = booked.first().cloned() {
                 app.cancel(&p, &id).await;
                 booked.remove(0);

@@ -16,6 +16,7 @@ mod find;
 mod helpers;
 mod hours;
 mod http;
+mod identity;
 mod lifecycle;
 mod messages;
 mod queries;

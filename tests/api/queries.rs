@@ -71,8 +71,8 @@ async fn nested_pages_cost_a_constant_number_of_statements() {
     // No relay, no background work: every statement counted is the query's own.
     let service = BookingService::new(db.clone(), Arc::new(tokio::sync::Notify::new()));
     let schema = build_schema(QueryLimits { depth: 15, complexity: 1000 }, Some(service.clone()));
-    let admin = Caller { sub: "a".into(), role: Role::Admin, patient_id: None, doctor_id: None };
-    let patient = Caller { sub: "7".into(), role: Role::Patient, patient_id: Some(7), doctor_id: None };
+    let admin = Caller::local("a", Role::Admin, None, None);
+    let patient = Caller::local("7", Role::Patient, Some(7), None);
 
     let mut costs = Vec::new();
     let mut hour = 0;
