@@ -9,6 +9,7 @@ mod booking;
 mod browser;
 mod burst;
 mod direct;
+mod failover;
 mod fhir;
 mod fields;
 mod find;
