@@ -386,8 +386,11 @@ impl Db {
 
     /// PostgreSQL: makes sure every change committed before now (a row a replay is about to be
     /// answered from) is held by the synchronous standby, by committing a transaction of its
-    /// own that takes a transaction id: its commit record comes after that row's in the WAL,
-    /// and the commit returns only once the standby has it. Bounded like any operation. A row
+    /// own that writes WAL (a transactional logical message, which touches no table, so that
+    /// concurrent replays do not queue on a row): its commit record comes after that row's in
+    /// the WAL, and the commit returns only once the standby has it. A transaction that only
+    /// takes a transaction id (`txid_current()`) would not do: PostgreSQL neither flushes nor
+    /// waits for the standby at the commit of a transaction that wrote no other WAL. Bounded like any operation. A row
     /// committed locally whose commit was cut while waiting for the standby (its client gone)
     /// is thereby never answered as done before the standby holds it. SQLite: nothing to do.
     pub async fn make_durable(&self) -> Result<(), StoreError> {
@@ -396,7 +399,7 @@ impl Db {
         };
         self.bounded(async {
             let mut tx = pool.begin().await?;
-            sqlx::query("SELECT txid_current()").execute(&mut *tx).await?;
+            sqlx::query("SELECT pg_logical_emit_message(true, 'clinic-booking', 'durable')").execute(&mut *tx).await?;
             tx.commit().await?;
             Ok::<_, StoreError>(())
         })

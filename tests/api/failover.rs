@@ -325,7 +325,9 @@ struct Ack {
 async fn service_on(proxy: &Proxy) -> (TestApp, TestDatabase) {
     let database = TestDatabase::at(format!("postgres://postgres@127.0.0.1:{}/postgres", proxy.port));
     let timeout = UNAVAILABLE_MS.to_string();
-    let app = TestApp::spawn_on(&database, &[("DB_UNAVAILABLE_TIMEOUT_MS", &timeout)]).await;
+    // No rate limit: the clients here retry every 100 ms, where real ones wait retryAfterSeconds.
+    let app =
+        TestApp::spawn_on(&database, &[("DB_UNAVAILABLE_TIMEOUT_MS", &timeout), ("RATE_LIMIT_BOOKINGS", "0")]).await;
     (app, database)
 }
 
