@@ -428,7 +428,10 @@ async fn a_failover_under_a_burst_loses_no_acknowledged_booking() {
     let before = acks.lock().unwrap().len();
     assert!(before > 0, "bookings went through before the failover");
     pair.kill_primary();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ready = |app: Arc<TestApp>| async move {
+        app.client.get(format!("{}/readyz", app.address)).send().await.map_or(0, |r| r.status().as_u16())
+    };
+    assert_eq!(ready(Arc::clone(&app)).await, 503, "/readyz while no primary answers");
     pair.promote().await;
     proxy.switch(Some(pair.standby.port));
     let switched = Instant::now();
@@ -446,6 +449,7 @@ async fn a_failover_under_a_burst_loses_no_acknowledged_booking() {
     let wrong = wrong.lock().unwrap().clone();
     assert!(wrong.is_empty(), "answers other than done or UNAVAILABLE/OVERLOADED: {wrong:?}");
     let again = again.expect("bookings answered again after the switch");
+    assert_eq!(ready(Arc::clone(&app)).await, 200, "/readyz once the address leads to the new primary");
     assert!(again < Duration::from_secs(10), "the first booking after the switch came {again:?} later");
 
     // Every acknowledged booking is on the promoted server, once per key, and the seats add up.
