@@ -6,14 +6,14 @@
 //! part of [`crate::model`] (which depends on nothing) because [`ServiceError::Store`] carries
 //! the [`StoreError`] as it is: `?` converts a failed query into it, a retry can ask whether
 //! the database aborted a transaction ([`StoreError::is_transient`]), and the edge can answer
-//! a busy database `OVERLOADED` ([`StoreError::is_busy`]). An opaque variant below `db` would
+//! by the failure's class ([`StoreError::class`]: `UNAVAILABLE`, `OVERLOADED` or `INTERNAL`). An opaque variant below `db` would
 //! lose all three. It depends on `db` for that one type; `db` depends on nothing here.
 //!
 //! Both kinds name the value at fault in the domain's words ([`Fault`]: a [`Field`] and the
 //! [`Place`] the operation took it from), never as a path of one transport: each edge says
 //! once, by a `match` over every field, how its requests name that value.
 
-use crate::db::StoreError;
+use crate::db::{FailureClass, StoreError};
 
 /// A value a caller sends, in the domain's words: a field of an operation's request (such as
 /// `booking::BookRequest`) or a parameter of the operation.
@@ -349,7 +349,8 @@ pub enum ServiceError {
     /// The booking path is saturated; retrying shortly is safe.
     #[error("the service is busy; retry shortly")]
     Overloaded,
-    /// The database failed; details go to the log only.
+    /// The database failed; details go to the log only, and its class
+    /// ([`StoreError::class`]) decides the code.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -363,7 +364,11 @@ impl ServiceError {
             Self::InvalidInput { .. } => "INVALID_INPUT",
             Self::RateLimited { .. } => "RATE_LIMITED",
             Self::Overloaded => "OVERLOADED",
-            Self::Store(_) => "INTERNAL",
+            Self::Store(e) => match e.class() {
+                FailureClass::Unavailable => "UNAVAILABLE",
+                FailureClass::Overloaded => "OVERLOADED",
+                FailureClass::Constraint | FailureClass::Internal => "INTERNAL",
+            },
         }
     }
 

@@ -124,7 +124,8 @@ fn store_reason(err: &StoreError) -> String {
         StoreError::Db(DbErr::ConnectionAcquire(_)) => sqlx_reason(&sqlx::Error::PoolTimedOut),
         StoreError::Db(e) => e.to_string(),
         StoreError::Inconsistent(msg) => msg.clone(),
-        StoreError::Busy(_) => err.to_string(),
+        StoreError::Busy(_) | StoreError::Unavailable(_) => err.to_string(),
+        StoreError::Shared(inner) => store_reason(inner),
     }
 }
 

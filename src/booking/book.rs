@@ -126,6 +126,7 @@ impl BookingService {
             Ok(Err(refusal)) => Ok(Err(refusal)),
             Err(e) => Err(e),
         };
+        let outcome = self.durable_replay(outcome, |b| b.replayed).await;
         metrics::counter!("booking_attempts_total", "operation" => op.name(), "outcome" => outcome_label(&outcome))
             .increment(1);
         outcome

@@ -71,7 +71,9 @@ impl ExpiryJob {
         let lanes = if service.db.skips_locked_rows() { EXPIRY_LANES } else { 1 };
         tokio::spawn(async move {
             loop {
-                let rounds = (0..lanes).map(|_| service.expire_due_holds());
+                // Bounded like any operation: a round stuck on a lost server ends, and the
+                // holds stay due for the next one.
+                let rounds = (0..lanes).map(|_| service.db.bounded(service.expire_due_holds()));
                 for result in futures_util::future::join_all(rounds).await {
                     if let Err(error) = result {
                         // The holds stay due; the next round tries again.

@@ -186,10 +186,24 @@ impl BookingService {
         Fut: Future<Output = Outcome<T>> + Send + 'static,
         T: Send + 'static,
     {
-        match self.guard.lane.run(Box::pin(work(self.clone()))).await {
+        // Bounded on the lane itself, so that an operation cut by `DB_UNAVAILABLE_TIMEOUT_MS`
+        // is dropped there (its connections with it), not merely left to run.
+        let (db, work) = (self.db.clone(), work(self.clone()));
+        match self.guard.lane.run(Box::pin(async move { db.bounded(work).await })).await {
             Ok(outcome) => outcome,
             Err(gone) => Err(StoreError::Inconsistent(gone.to_string()).into()),
         }
+    }
+
+    /// `outcome`, once durable when it is a replay (`replayed`): a replay answers "done" from a
+    /// row found, which may have been committed on the primary by an attempt whose commit was
+    /// cut while waiting for the synchronous standby, so that the standby may not hold it.
+    /// [`Db::make_durable`] returns only once it does; until then the answer is the error.
+    pub(crate) async fn durable_replay<T>(&self, outcome: Outcome<T>, replayed: impl FnOnce(&T) -> bool) -> Outcome<T> {
+        if matches!(&outcome, Ok(Ok(answer)) if replayed(answer)) {
+            self.db.make_durable().await?;
+        }
+        outcome
     }
 
     /// Waits for the booking bulkhead (`OVERLOADED` when it stays full for the queue timeout).

@@ -66,7 +66,11 @@ impl BookingService {
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope(), appointment = %req.appointment_id))]
     pub async fn reschedule(&self, caller: &Caller, req: &RescheduleRequest) -> Outcome<Rescheduled> {
         let (caller, req) = (caller.clone(), req.clone());
-        self.on_lane(move |s| async move { s.reschedule_here(&caller, &req).await }).await
+        self.on_lane(move |s| async move {
+            let outcome = s.reschedule_here(&caller, &req).await;
+            s.durable_replay(outcome, |r| r.replayed).await
+        })
+        .await
     }
 
     async fn reschedule_here(&self, caller: &Caller, req: &RescheduleRequest) -> Outcome<Rescheduled> {

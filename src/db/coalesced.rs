@@ -176,7 +176,8 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
         self.jobs.send(Job { query, reply }).await.map_err(|_| gone())?;
         match answer.await {
             Ok(Ok(found)) => Ok(found),
-            Ok(Err(e)) => Err(StoreError::Inconsistent(format!("batched {} failed: {e}", self.what))),
+            // The failure as it was, so that its class (unavailable, overloaded, …) survives.
+            Ok(Err(e)) => Err(StoreError::Shared(e)),
             Err(_) => Err(gone()),
         }
     }

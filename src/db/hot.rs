@@ -7,9 +7,15 @@
 //! plus the database's share. sqlx pings because a statement whose future was dropped midway
 //! may leave its connection mid-conversation; here such a connection is closed instead of being
 //! returned, and so is one that failed for any reason other than the database refusing the
-//! statement (a refused statement leaves the connection ready for the next one).
+//! statement (a refused statement leaves the connection ready for the next one), and one the
+//! failure policy condemns (`failure.rs`): a refusal classed unavailable (a read-only or
+//! shutting-down server), or any connection opened before the latest such failure, which may
+//! lead to a dead or demoted primary.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::{
+    sync::{Mutex, MutexGuard, PoisonError},
+    time::Instant,
+};
 
 use sqlx::{
     postgres::{PgArguments, PgConnectOptions, PgRow},
@@ -18,12 +24,15 @@ use sqlx::{
 };
 use tokio::sync::Semaphore;
 
+use super::failure::{self, FailureClass};
+
 /// A small pool of dedicated connections, opened on demand and kept open.
 pub(crate) struct HotConnections {
     options: PgConnectOptions,
     /// One permit per connection that may be open.
     permits: Semaphore,
-    idle: Mutex<Vec<PgConnection>>,
+    /// The idle connections, each with when it was opened.
+    idle: Mutex<Vec<(PgConnection, Instant)>>,
 }
 
 impl std::fmt::Debug for HotConnections {
@@ -38,7 +47,7 @@ impl HotConnections {
         Self { options, permits: Semaphore::new(size as usize), idle: Mutex::new(Vec::new()) }
     }
 
-    fn idle(&self) -> MutexGuard<'_, Vec<PgConnection>> {
+    fn idle(&self) -> MutexGuard<'_, Vec<(PgConnection, Instant)>> {
         // A Vec of connections stays consistent whatever a panicking holder did.
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -49,14 +58,19 @@ impl HotConnections {
     /// dropped here, which closes it.
     pub(crate) async fn fetch_all(&self, query: Query<'_, Postgres, PgArguments>) -> Result<Vec<PgRow>, sqlx::Error> {
         let _permit = self.permits.acquire().await.map_err(|_| sqlx::Error::PoolClosed)?;
-        let idle = self.idle().pop();
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => PgConnection::connect_with(&self.options).await?,
+        let idle = self.idle().pop().filter(|(_, opened)| !failure::opened_before_failure(opened.elapsed()));
+        let (mut conn, opened) = match idle {
+            Some(idle) => idle,
+            None => (PgConnection::connect_with(&self.options).await?, Instant::now()),
         };
         let result = query.fetch_all(&mut conn).await;
-        if matches!(&result, Ok(_) | Err(sqlx::Error::Database(_))) {
-            self.idle().push(conn);
+        let reusable = match &result {
+            Ok(_) => true,
+            Err(e @ sqlx::Error::Database(_)) => failure::of_sqlx(e) != FailureClass::Unavailable,
+            Err(_) => false,
+        };
+        if reusable {
+            self.idle().push((conn, opened));
         }
         result
     }

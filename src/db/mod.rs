@@ -35,6 +35,7 @@ pub mod coalesced;
 pub mod contacts;
 pub mod doctors;
 pub mod entity;
+pub mod failure;
 pub mod fhir;
 pub mod find;
 mod hot;
@@ -49,11 +50,13 @@ pub mod waitlist;
 mod write;
 
 pub use coalesced::CoalescedReads;
+pub use failure::FailureClass;
 pub use settings::{redact_url, DatabaseTarget, Settings};
 pub use write::{WriteTransaction, Writing};
 pub mod webhooks;
 
 use std::{
+    future::Future,
     str::FromStr,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -69,15 +72,16 @@ use sqlx::{
     sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
 };
 
-/// Failure of the persistence layer: always an internal error to API users.
+/// Failure of the persistence layer. What it means to a caller is its [`StoreError::class`]
+/// (see `failure.rs`), which each edge maps once.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The database refused or failed a statement.
     #[error("database error: {0}")]
-    Db(#[from] DbErr),
+    Db(DbErr),
     /// The connection could not be made.
     #[error("cannot connect to the database: {0}")]
-    Connect(#[from] sqlx::Error),
+    Connect(sqlx::Error),
     /// A row broke an invariant the code relies on (a bug or a hand-edited database).
     #[error("inconsistent data: {0}")]
     Inconsistent(String),
@@ -85,9 +89,47 @@ pub enum StoreError {
     /// writer of this process that waits longer (a background job) or by another process.
     #[error("no turn to write within {0:?}: the database is busy")]
     Busy(Duration),
+    /// The operation's wait on the database ran past `DB_UNAVAILABLE_TIMEOUT_MS`, or no primary
+    /// answered: its outcome may be unknown.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    /// A failure shared by every request a batched read answered (see `coalesced.rs`), kept as
+    /// it was so that its class survives.
+    #[error(transparent)]
+    Shared(Arc<StoreError>),
+}
+
+impl From<DbErr> for StoreError {
+    fn from(err: DbErr) -> Self {
+        if failure::of_db_err(&err) == FailureClass::Unavailable && !matches!(err, DbErr::ConnectionAcquire(_)) {
+            failure::note_unavailable();
+        }
+        Self::Db(err)
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        if failure::of_sqlx(&err) == FailureClass::Unavailable && !matches!(err, sqlx::Error::PoolTimedOut) {
+            failure::note_unavailable();
+        }
+        Self::Connect(err)
+    }
 }
 
 impl StoreError {
+    /// What the failure means to the caller: the one policy of `failure.rs`.
+    pub fn class(&self) -> FailureClass {
+        match self {
+            Self::Db(e) => failure::of_db_err(e),
+            Self::Connect(e) => failure::of_sqlx(e),
+            Self::Inconsistent(_) => FailureClass::Internal,
+            Self::Busy(_) => FailureClass::Overloaded,
+            Self::Unavailable(_) => FailureClass::Unavailable,
+            Self::Shared(e) => e.class(),
+        }
+    }
+
     /// Whether PostgreSQL aborted the statement to break a deadlock or a serialization conflict
     /// (`40P01`, `40001`): running the whole transaction again is safe and likely to succeed.
     pub fn is_transient(&self) -> bool {
@@ -96,34 +138,23 @@ impl StoreError {
             | Self::Db(DbErr::Query(sea_orm::RuntimeErr::SqlxError(e)))
             | Self::Db(DbErr::Conn(sea_orm::RuntimeErr::SqlxError(e))) => e.as_ref(),
             Self::Connect(e) => e,
+            Self::Shared(e) => return e.is_transient(),
             _ => return false,
         };
         let code = sqlx_error.as_database_error().and_then(|d| d.code());
         matches!(code.as_deref(), Some("40P01" | "40001"))
     }
 
-    /// Whether the database was too busy to take the statement: SQLite's `SQLITE_BUSY` (the write
-    /// lock stayed taken past the busy timeout) or no pool connection within the acquire timeout.
-    /// Retrying later is safe: nothing was written.
+    /// Whether the database was too busy to take the statement ([`FailureClass::Overloaded`]:
+    /// SQLite's `SQLITE_BUSY`, a statement or lock timeout). Retrying later is safe: nothing
+    /// was written.
     pub fn is_busy(&self) -> bool {
-        let sqlx_busy = |e: &sqlx::Error| match e {
-            sqlx::Error::PoolTimedOut => true,
-            // SQLITE_BUSY and its extended codes (BUSY_RECOVERY, BUSY_SNAPSHOT, BUSY_TIMEOUT).
-            sqlx::Error::Database(db) => {
-                db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some()
-                    && db.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 5)
-            }
-            _ => false,
-        };
-        match self {
-            Self::Busy(_) => true,
-            Self::Connect(e) => sqlx_busy(e),
-            Self::Db(DbErr::ConnectionAcquire(sea_orm::ConnAcquireErr::Timeout)) => true,
-            Self::Db(DbErr::Conn(r) | DbErr::Exec(r) | DbErr::Query(r)) => {
-                matches!(r, sea_orm::RuntimeErr::SqlxError(e) if sqlx_busy(e))
-            }
-            Self::Db(_) | Self::Inconsistent(_) => false,
-        }
+        self.class() == FailureClass::Overloaded
+    }
+
+    /// Whether no primary answered ([`FailureClass::Unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        self.class() == FailureClass::Unavailable
     }
 }
 
@@ -132,7 +163,8 @@ impl StoreError {
 pub struct PoolSettings {
     /// Most connections open at once.
     pub max_connections: u32,
-    /// Longest wait for a free connection.
+    /// Longest wait for a free connection; on PostgreSQL also the bound of every operation
+    /// [`Db::bounded`] runs (`DB_UNAVAILABLE_TIMEOUT_MS`).
     pub acquire_timeout: Duration,
     /// PostgreSQL `statement_timeout`: no statement holds a connection longer.
     pub statement_timeout: Duration,
@@ -180,10 +212,7 @@ impl Db {
                 // statement, about a tenth of the CPU of a slot list or a rejected booking. A
                 // connection that broke while idle fails its statement instead, and the pool
                 // drops it.
-                let pool = PgPoolOptions::new()
-                    .max_connections(settings.max_connections)
-                    .acquire_timeout(settings.acquire_timeout)
-                    .test_before_acquire(false)
+                let pool = pg_pool_options(settings.max_connections, settings.acquire_timeout)
                     .connect_with(options.clone())
                     .await?;
                 if settings.hot_connections > 0 {
@@ -264,13 +293,9 @@ impl Db {
         let Some((options, acquire_timeout)) = &self.pg else {
             return self.clone();
         };
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
-            .acquire_timeout(*acquire_timeout)
-            .test_before_acquire(false)
-            .connect_lazy_with(
-                options.clone().options([("synchronous_commit", "off"), ("plan_cache_mode", "force_custom_plan")]),
-            );
+        let pool = pg_pool_options(max_connections.max(1), *acquire_timeout).connect_lazy_with(
+            options.clone().options([("synchronous_commit", "off"), ("plan_cache_mode", "force_custom_plan")]),
+        );
         let mut conn = SqlxPostgresConnector::from_sqlx_postgres_pool(pool);
         count_into(&mut conn, &self.statements);
         Self {
@@ -331,6 +356,81 @@ impl Db {
         Ok(())
     }
 
+    /// The longest wait of one operation on PostgreSQL (`DB_UNAVAILABLE_TIMEOUT_MS`); `None` on
+    /// SQLite, whose waits are the write gate's and the busy timeout's.
+    pub fn unavailable_timeout(&self) -> Option<Duration> {
+        self.pg.as_ref().map(|(_, limit)| *limit)
+    }
+
+    /// Runs `op`, on PostgreSQL within [`Db::unavailable_timeout`]: past it the operation is
+    /// cut (its future dropped, which drops a hot connection it held) and answers
+    /// [`StoreError::Unavailable`]. A commit waiting for the synchronous standby ignores
+    /// `statement_timeout`, and sqlx sends no cancel: without this a booking could wait
+    /// forever. The cut is noted as a failure (`failure.rs`), so the pool closes the cut
+    /// connections instead of reusing them.
+    pub async fn bounded<T, E, F>(&self, op: F) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: From<StoreError>,
+    {
+        let Some(limit) = self.unavailable_timeout() else {
+            return op.await;
+        };
+        match tokio::time::timeout(limit, op).await {
+            Ok(result) => result,
+            Err(_) => {
+                failure::note_unavailable();
+                Err(StoreError::Unavailable(cut_message(limit)).into())
+            }
+        }
+    }
+
+    /// PostgreSQL: makes sure every change committed before now (a row a replay is about to be
+    /// answered from) is held by the synchronous standby, by committing a transaction of its
+    /// own that writes WAL (a transactional logical message, which touches no table, so that
+    /// concurrent replays do not queue on a row): its commit record comes after that row's in
+    /// the WAL, and the commit returns only once the standby has it. A transaction that only
+    /// takes a transaction id (`txid_current()`) would not do: PostgreSQL neither flushes nor
+    /// waits for the standby at the commit of a transaction that wrote no other WAL. Bounded like any operation. A row
+    /// committed locally whose commit was cut while waiting for the standby (its client gone)
+    /// is thereby never answered as done before the standby holds it. SQLite: nothing to do.
+    pub async fn make_durable(&self) -> Result<(), StoreError> {
+        let Ok(pool) = self.pg_pool() else {
+            return Ok(());
+        };
+        self.bounded(async {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT pg_logical_emit_message(true, 'clinic-booking', 'durable')").execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(())
+        })
+        .await
+    }
+
+    /// For readiness: whether a primary answers, bounded like any operation. On PostgreSQL the
+    /// server must be writable (not in recovery, not read-only): a demoted primary or a standby
+    /// is [`StoreError::Unavailable`], and noted as a failure so that the pool drops the
+    /// connections to it. SQLite: `SELECT 1`.
+    pub async fn check_primary(&self) -> Result<(), StoreError> {
+        let Ok(pool) = self.pg_pool() else {
+            return self.ping().await;
+        };
+        self.bounded(async {
+            let writable: bool = sqlx::query_scalar(
+                "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'",
+            )
+            .fetch_one(pool)
+            .await?;
+            if writable {
+                Ok(())
+            } else {
+                failure::note_unavailable();
+                Err(StoreError::Unavailable("the server is read-only or in recovery".into()))
+            }
+        })
+        .await
+    }
+
     /// Runs one statement on PostgreSQL (whose `operation`, `SELECT`, `UPDATE`…, names its span
     /// in traces) and returns its rows, counted and timed like every other statement: on the dedicated connections when there are some, else on the pool.
     /// For the hottest statements: decoding rows by position cost a fraction of sea-orm's
@@ -342,10 +442,14 @@ impl Db {
     ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
         let pool = self.pg_pool()?;
         let started = std::time::Instant::now();
-        let result = match &self.hot {
-            Some(hot) => hot.fetch_all(query).await,
-            None => query.fetch_all(pool).await,
-        };
+        let result = self
+            .cut_after(async {
+                match &self.hot {
+                    Some(hot) => hot.fetch_all(query).await,
+                    None => query.fetch_all(pool).await,
+                }
+            })
+            .await;
         count_statement(
             &self.statements,
             "postgresql",
@@ -365,7 +469,7 @@ impl Db {
     ) -> Result<Vec<sqlx::postgres::PgRow>, DbErr> {
         let pool = self.pg_pool()?;
         let started = std::time::Instant::now();
-        let result = query.fetch_all(pool).await;
+        let result = self.cut_after(query.fetch_all(pool)).await;
         count_statement(
             &self.statements,
             "postgresql",
@@ -374,6 +478,21 @@ impl Db {
             result.is_err(),
         );
         result.map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(Arc::new(e))))
+    }
+
+    /// `statement` within [`Db::unavailable_timeout`]; past it, an I/O error that says so
+    /// (classed unavailable), the cut noted as in [`Db::bounded`].
+    async fn cut_after<T>(&self, statement: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, sqlx::Error> {
+        let Some(limit) = self.unavailable_timeout() else {
+            return statement.await;
+        };
+        match tokio::time::timeout(limit, statement).await {
+            Ok(result) => result,
+            Err(_) => {
+                failure::note_unavailable();
+                Err(sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, cut_message(limit))))
+            }
+        }
     }
 
     /// The PostgreSQL pool beneath sea-orm, for statements that need sqlx itself.
@@ -408,6 +527,24 @@ impl Db {
     pub async fn close(self) {
         let _ = self.conn.close().await;
     }
+}
+
+/// Why an operation was cut.
+fn cut_message(limit: Duration) -> String {
+    format!("no answer within {} ms (DB_UNAVAILABLE_TIMEOUT_MS)", limit.as_millis())
+}
+
+/// The options of every PostgreSQL pool: at most `max` connections, a wait of `acquire` for
+/// one (`DB_UNAVAILABLE_TIMEOUT_MS`), and no connection opened before the latest failure
+/// classed unavailable handed out or taken back (closed instead: it may lead to a dead or
+/// demoted server, or still wait for the answer of a statement cut midway; see `failure.rs`).
+fn pg_pool_options(max: u32, acquire: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(acquire)
+        .test_before_acquire(false)
+        .before_acquire(|_, meta| Box::pin(async move { Ok(!failure::opened_before_failure(meta.age)) }))
+        .after_release(|_, meta| Box::pin(async move { Ok(!failure::opened_before_failure(meta.age)) }))
 }
 
 /// Counts every statement `conn` runs in `statements` (and in `/metrics`, and in the trace of

@@ -18,6 +18,10 @@ pub struct Settings {
     pub pool_max: u32,
     /// PostgreSQL `statement_timeout` of the pool (`DB_STATEMENT_TIMEOUT_MS`, default 5000).
     pub statement_timeout: Duration,
+    /// The longest wait of any operation on PostgreSQL, a commit waiting for the synchronous
+    /// standby and the wait for a pool connection included (`DB_UNAVAILABLE_TIMEOUT_MS`,
+    /// default 5000): past it the operation answers `UNAVAILABLE` and its connection is closed.
+    pub unavailable_timeout: Duration,
 }
 
 impl Settings {
@@ -30,6 +34,7 @@ impl Settings {
             target,
             pool_max: r.number("DB_POOL_MAX", 32, 2.., "a number of connections")?,
             statement_timeout: r.millis("DB_STATEMENT_TIMEOUT_MS", 5000, 100.., "a number of milliseconds")?,
+            unavailable_timeout: r.millis("DB_UNAVAILABLE_TIMEOUT_MS", 5000, 100.., "a number of milliseconds")?,
         })
     }
 
@@ -38,7 +43,7 @@ impl Settings {
     pub fn pool(&self, hot_connections: u32) -> PoolSettings {
         PoolSettings {
             max_connections: self.pool_max,
-            acquire_timeout: Duration::from_secs(5),
+            acquire_timeout: self.unavailable_timeout,
             statement_timeout: self.statement_timeout,
             hot_connections,
         }

@@ -134,7 +134,10 @@ impl Relay {
 
     /// Passes until the outbox is empty (or what is left is locked by other instances).
     async fn drain(&mut self) -> Result<(), EventsError> {
-        while self.pass().await? == CLAIM_BATCH as usize {}
+        // Each pass bounded by `DB_UNAVAILABLE_TIMEOUT_MS`: a pass whose commit waits for a
+        // synchronous standby that went away is cut, and the rows wait for the next pass.
+        let db = self.db.clone();
+        while db.bounded(self.pass()).await? == CLAIM_BATCH as usize {}
         Ok(())
     }
 

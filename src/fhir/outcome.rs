@@ -17,7 +17,7 @@
 //! | `SLOT_IN_PAST`, `NO_SHOW_LIMIT_REACHED` | 422 | `business-rule` |
 //! | `RATE_LIMITED` | 429 | `throttled` |
 //! | `INTERNAL` | 500 | `exception` |
-//! | `OVERLOADED`, `UNAVAILABLE` (the feed's first build) | 503 | `transient` |
+//! | `OVERLOADED`, `UNAVAILABLE` (no primary database answers; the feed's first build) | 503 | `transient` |
 
 use axum::{
     http::{header, HeaderValue, StatusCode},
@@ -25,7 +25,10 @@ use axum::{
 };
 
 use super::resources::{CodeableConcept, Coding, OperationOutcome, OperationOutcomeIssue, Resource};
-use crate::error::{Field, Refusal, ServiceError};
+use crate::{
+    db::FailureClass,
+    error::{Field, Refusal, ServiceError},
+};
 
 /// The system of the codes in `issue.details.coding` (our GraphQL codes).
 pub const CODE_SYSTEM: &str = "urn:clinic-booking:error-code";
@@ -144,14 +147,26 @@ impl From<ServiceError> for FhirError {
             ServiceError::Overloaded => Self { retry_after: Some(1), ..Self::new("OVERLOADED", err.to_string()) },
             // As GraphQL answers it (`graphql::error`): the database too busy to take the write
             // (a SQLite file locked past the wait) is retryable, not a fault.
-            ServiceError::Store(inner) if inner.is_busy() => {
-                tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
-                Self { retry_after: Some(1), ..Self::new("OVERLOADED", ServiceError::Overloaded.to_string()) }
-            }
-            ServiceError::Store(inner) => {
-                tracing::error!(error = %inner, "internal error");
-                Self::new("INTERNAL", "internal error")
-            }
+            ServiceError::Store(inner) => match inner.class() {
+                FailureClass::Unavailable => {
+                    tracing::warn!(error = %inner, "database unavailable: answered UNAVAILABLE");
+                    Self {
+                        retry_after: Some(crate::db::failure::RETRY_AFTER_SECS),
+                        ..Self::new(
+                            "UNAVAILABLE",
+                            "the database is unavailable; retry shortly with the same idempotency key",
+                        )
+                    }
+                }
+                FailureClass::Overloaded => {
+                    tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
+                    Self { retry_after: Some(1), ..Self::new("OVERLOADED", ServiceError::Overloaded.to_string()) }
+                }
+                FailureClass::Constraint | FailureClass::Internal => {
+                    tracing::error!(error = %inner, "internal error");
+                    Self::new("INTERNAL", "internal error")
+                }
+            },
         }
     }
 }
@@ -240,5 +255,10 @@ mod tests {
         let busy = FhirError::from(ServiceError::Store(crate::db::StoreError::Busy(std::time::Duration::from_secs(2))));
         assert_eq!((busy.code, busy.retry_after), ("OVERLOADED", Some(1)));
         assert_eq!(busy.into_response().status().as_u16(), 503);
+        let gone = FhirError::from(ServiceError::Store(crate::db::StoreError::Unavailable("cut".into())));
+        assert_eq!(gone.code, "UNAVAILABLE");
+        let resp = gone.into_response();
+        assert_eq!(resp.status().as_u16(), 503);
+        assert!(resp.headers().contains_key(header::RETRY_AFTER));
     }
 }

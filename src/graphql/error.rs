@@ -3,15 +3,19 @@
 //! Policy: expected refusals of bookings and cancels are data (`userErrors`, see
 //! [`crate::error::Refusal`]); everything else that ends a request is a top-level error
 //! with a stable `extensions.code`. Internal failures are logged here, with the request id
-//! of the surrounding span, and reach the client as `INTERNAL` with no detail; a database
-//! too busy to take the statement (see `StoreError::is_busy`) is `OVERLOADED`, retryable.
+//! of the surrounding span, and reach the client as `INTERNAL` with no detail. A database
+//! failure is answered by its class (`db::failure`): `UNAVAILABLE` while no primary answers,
+//! `OVERLOADED` when it is too busy to take the statement, both retryable.
 //!
 //! The value an error is about ([`Fault`]) becomes its path in the operation here, and only
 //! here ([`field_path`]): `userErrors[].field` and `extensions.field` alike.
 
 use async_graphql::{Error, ErrorExtensionValues, ErrorExtensions, Response};
 
-use crate::error::{Fault, Place, ServiceError};
+use crate::{
+    db::FailureClass,
+    error::{Fault, Place, ServiceError},
+};
 
 /// The stable codes of top-level errors.
 pub mod code {
@@ -27,6 +31,8 @@ pub mod code {
     pub const INVALID_INPUT: &str = "INVALID_INPUT";
     /// The service is saturated; retry shortly.
     pub const OVERLOADED: &str = "OVERLOADED";
+    /// No primary database answers (a failover); retry with the same idempotency key.
+    pub const UNAVAILABLE: &str = "UNAVAILABLE";
     /// Something failed on our side.
     pub const INTERNAL: &str = "INTERNAL";
 }
@@ -47,14 +53,20 @@ pub fn to_graphql(err: ServiceError) -> Error {
             e.set("retryAfterSeconds", retry_after_secs);
         }),
         ServiceError::Overloaded => overloaded(),
-        ServiceError::Store(inner) if inner.is_busy() => {
-            tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
-            overloaded()
-        }
-        ServiceError::Store(inner) => {
-            tracing::error!(error = %inner, "internal error");
-            internal()
-        }
+        ServiceError::Store(inner) => match inner.class() {
+            FailureClass::Unavailable => {
+                tracing::warn!(error = %inner, "database unavailable: answered UNAVAILABLE");
+                unavailable()
+            }
+            FailureClass::Overloaded => {
+                tracing::warn!(error = %inner, "database busy: answered OVERLOADED");
+                overloaded()
+            }
+            FailureClass::Constraint | FailureClass::Internal => {
+                tracing::error!(error = %inner, "internal error");
+                internal()
+            }
+        },
     }
 }
 
@@ -74,6 +86,14 @@ fn overloaded() -> Error {
     Error::new(ServiceError::Overloaded.to_string()).extend_with(|_, e| {
         e.set("code", code::OVERLOADED);
         e.set("retryAfterSeconds", 1);
+    })
+}
+
+/// The retryable answer while no primary database answers.
+fn unavailable() -> Error {
+    Error::new("the database is unavailable; retry shortly with the same idempotency key").extend_with(|_, e| {
+        e.set("code", code::UNAVAILABLE);
+        e.set("retryAfterSeconds", crate::db::failure::RETRY_AFTER_SECS);
     })
 }
 

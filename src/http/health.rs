@@ -15,11 +15,14 @@ pub(super) async fn healthz() -> impl IntoResponse {
     Json(json!({ "status": "ok" }))
 }
 
-/// 503 when the database does not answer; 200 `degraded` when only Redis is down, because
+/// 503 when no primary database answers (on PostgreSQL: no answer, or a server in recovery or
+/// read-only, as a demoted primary is); 200 `degraded` when only Redis is down, because
 /// bookings never depend on Redis, or while a provider's keys cannot be fetched (its tokens
 /// are refused, everyone else's are served).
 pub(super) async fn readyz(State(state): Shared) -> impl IntoResponse {
-    let db = matches!(tokio::time::timeout(CHECK_TIMEOUT, state.service.db().ping()).await, Ok(Ok(())));
+    let db = state.service.db();
+    let wait = db.unavailable_timeout().map_or(CHECK_TIMEOUT, |limit| limit.min(CHECK_TIMEOUT));
+    let db = matches!(tokio::time::timeout(wait, db.check_primary()).await, Ok(Ok(())));
     let redis = match &state.redis {
         None => "not configured",
         Some(client) => match tokio::time::timeout(CHECK_TIMEOUT, ping_redis(client)).await {

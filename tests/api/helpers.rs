@@ -90,6 +90,13 @@ impl TestDatabase {
         }
     }
 
+    /// A database the test runs itself at `url` (nothing to drop afterwards), without Redis.
+    pub(crate) fn at(url: String) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let redis_prefix = format!("cbtest-{}", uuid::Uuid::new_v4().simple());
+        Self { url, redis_url: None, redis_prefix, _dir: dir, drop_pg: None }
+    }
+
     /// The data directory of servers on this database (`DATA_DIR`).
     pub(crate) fn data_dir(&self) -> &std::path::Path {
         self._dir.path()

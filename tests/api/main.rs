@@ -10,6 +10,7 @@ mod browser;
 mod burst;
 mod desk;
 mod direct;
+mod failover;
 mod fhir;
 mod fields;
 mod find;

@@ -62,6 +62,7 @@ fn known_code(code: &str) -> &'static str {
         code::BAD_REQUEST,
         code::INVALID_INPUT,
         code::OVERLOADED,
+        code::UNAVAILABLE,
         code::INTERNAL,
     ]
     .into_iter()
