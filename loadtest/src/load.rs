@@ -307,7 +307,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<bool> {
     let pick = move |scenario: Scenario, n: u64| match scenario {
         Scenario::Reads => Kind::Read,
         Scenario::FindSlots | Scenario::FindWorst | Scenario::FindOne => Kind::Find,
-        Scenario::Mix if n % rpw != 0 => Kind::Read,
+        Scenario::Mix if !n.is_multiple_of(rpw) => Kind::Read,
         _ => Kind::Book,
     };
 

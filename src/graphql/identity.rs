@@ -49,9 +49,8 @@ pub struct Me {
     pub issuer: Option<String>,
     /// The token's subject.
     pub subject: String,
-    /// The patient's `NOSHOW` appointments of the last 365 days, for patients. Always null
-    /// until the front desk's no-show count is wired in (contract part four, "The day at the
-    /// front desk").
+    /// The patient's `NOSHOW` appointments of the last 365 days (what `NO_SHOW_LIMIT` counts);
+    /// null for other roles.
     pub no_show_count: Option<i32>,
 }
 
@@ -96,6 +95,13 @@ impl IdentityQuery {
         let Some(c) = principal(ctx)?.caller() else {
             return Ok(None);
         };
+        let no_show_count = match (c.role, c.patient_id) {
+            (auth::Role::Patient, Some(id)) => {
+                let count = ctx.data::<BookingService>()?.no_show_count(id).await.map_err(super::error::to_graphql)?;
+                Some(i32::try_from(count).unwrap_or(i32::MAX))
+            }
+            _ => None,
+        };
         Ok(Some(Me {
             role: c.role.into(),
             patient_id: c.patient_id.map(|id| ID(id.to_string())),
@@ -103,7 +109,7 @@ impl IdentityQuery {
             partner_id: c.partner().map(str::to_owned),
             issuer: c.issuer.clone(),
             subject: c.sub.clone(),
-            no_show_count: None,
+            no_show_count,
         }))
     }
 }

@@ -355,6 +355,13 @@ async fn a_patient_at_the_no_show_limit_is_refused_new_seats_but_not_by_admins()
     assert_eq!(desk(&app, &doctor(&d), "markNoShow", &missed).await["changed"], true);
     assert_eq!(no_show_count(&app, &p, 77).await, 1);
     assert_eq!(no_show_count(&app, &admin(), 77).await, 1);
+    // `me` says the same to the patient, and nothing to anyone else.
+    let me = |token: String| {
+        let app = &app;
+        async move { app.gql(Some(&token), "{me{noShowCount}}", json!({})).await["me"]["noShowCount"].clone() }
+    };
+    assert_eq!(me(p.clone()).await, 1);
+    assert!(me(admin()).await.is_null());
 
     let later = app.publish(&d, &tomorrow(), "10:00", "11:00", 15, 2).await;
     let b = app.book(&p, &later[0], "next", None).await;
