@@ -434,7 +434,7 @@ fn parse<'a>(
         Ok(id) => id,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    let slot_id = match parse_id("slotId", &req.slot_id) {
+    let slot_id = match parse_id(Field::SlotId.name(), &req.slot_id) {
         Ok(id) => id,
         Err(msg) => return Ok(Err(Refusal::invalid(Field::SlotId.in_request(), msg))),
     };

@@ -80,7 +80,7 @@ impl BookingService {
         raw_id: &str,
         field: Fault,
     ) -> Result<Result<AppointmentRecord, Refusal>, ServiceError> {
-        let id = match parse_id("id", raw_id) {
+        let id = match parse_id(Field::Id.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(field, msg))),
         };

@@ -90,7 +90,7 @@ impl BookingService {
 
     async fn desk_move_here(&self, caller: &Caller, raw_id: &str, kind: DeskMove) -> Outcome<Moved> {
         let field = Field::Id.as_param();
-        let id = match parse_id("id", raw_id) {
+        let id = match parse_id(Field::Id.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(field, msg))),
         };
@@ -181,7 +181,7 @@ impl BookingService {
         if !matches!(caller.role, Role::Admin | Role::Doctor) {
             return Err(forbidden());
         }
-        let doctor_id = read::parse_arg_id(Field::DoctorId, "doctorId", raw_doctor_id)?;
+        let doctor_id = read::parse_arg_id(Field::DoctorId, raw_doctor_id)?;
         if !caller.manages_doctor(doctor_id) {
             return Err(forbidden());
         }

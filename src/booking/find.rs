@@ -147,7 +147,7 @@ fn check(req: &FindRequest, first: Option<i32>, now: DateTime<Utc>) -> Result<Se
         }
         Some(ids) => Some(
             ids.iter()
-                .map(|raw| parse_id("doctorIds", raw).map_err(|m| invalid(Field::DoctorIds, m)))
+                .map(|raw| parse_id(Field::DoctorIds.name(), raw).map_err(|m| invalid(Field::DoctorIds, m)))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
         None => None,
@@ -155,12 +155,12 @@ fn check(req: &FindRequest, first: Option<i32>, now: DateTime<Utc>) -> Result<Se
     let earliest = req
         .earliest_time
         .as_deref()
-        .map(|raw| parse_local_time("earliestTime", raw).map_err(|m| invalid(Field::EarliestTime, m)))
+        .map(|raw| parse_local_time(Field::EarliestTime.name(), raw).map_err(|m| invalid(Field::EarliestTime, m)))
         .transpose()?;
     let latest = req
         .latest_time
         .as_deref()
-        .map(|raw| parse_local_time("latestTime", raw).map_err(|m| invalid(Field::LatestTime, m)))
+        .map(|raw| parse_local_time(Field::LatestTime.name(), raw).map_err(|m| invalid(Field::LatestTime, m)))
         .transpose()?;
     if let (Some(e), Some(l)) = (earliest, latest) {
         if l <= e {

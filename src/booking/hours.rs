@@ -301,7 +301,7 @@ impl BookingService {
     /// keeps the horizon out of it.
     #[tracing::instrument(level = "debug", skip_all, fields(caller = %caller.scope()))]
     pub async fn add_time_off(&self, caller: &Caller, req: &TimeOffRequest) -> Outcome<TimeOffAdded> {
-        let doctor_id = match req.doctor_id.as_deref().map(|raw| parse_id("doctorId", raw)).transpose() {
+        let doctor_id = match req.doctor_id.as_deref().map(|raw| parse_id(Field::DoctorId.name(), raw)).transpose() {
             Ok(id) => id,
             Err(msg) => {
                 if !matches!(caller.role, Role::Admin | Role::Doctor) {
@@ -379,7 +379,7 @@ impl BookingService {
         if !matches!(caller.role, Role::Admin | Role::Doctor) {
             return Err(ServiceError::Forbidden("only admins and doctors may remove time off".into()));
         }
-        let id = match parse_id("id", raw_id) {
+        let id = match parse_id(Field::Id.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::Id.as_param(), msg))),
         };
@@ -622,8 +622,8 @@ fn check_weekly(weekly: &[WeeklyRequest]) -> Result<Vec<Interval>, Refusal> {
     let mut out = Vec::with_capacity(weekly.len());
     for (i, w) in weekly.iter().enumerate() {
         let bad = |msg: String| Refusal::invalid(field, format!("weekly[{i}]: {msg}"));
-        let start = parse_local_time("startTime", &w.start_time).map_err(bad)?;
-        let end = parse_local_time("endTime", &w.end_time).map_err(bad)?;
+        let start = parse_local_time(Field::StartTime.name(), &w.start_time).map_err(bad)?;
+        let end = parse_local_time(Field::EndTime.name(), &w.end_time).map_err(bad)?;
         let slot_minutes = w.slot_minutes.unwrap_or(15);
         if !(1..=1440).contains(&slot_minutes) {
             return Err(bad("slotMinutes must be between 1 and 1440".into()));

@@ -49,7 +49,7 @@ impl BookingService {
             Ok(pair) => pair,
             Err(r) => return Ok(Err(r)),
         };
-        let patient_id = match parse_id("patientId", raw_patient_id) {
+        let patient_id = match parse_id(Field::PatientId.name(), raw_patient_id) {
             Ok(id) => id,
             Err(m) => return Ok(Err(Refusal::invalid(Field::PatientId.in_request(), m))),
         };

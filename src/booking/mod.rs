@@ -98,7 +98,7 @@ fn managed_doctor(caller: &Caller, raw_id: &str, what: &str) -> Result<Result<i6
     if !matches!(caller.role, Role::Admin | Role::Doctor) {
         return Err(forbidden());
     }
-    let doctor_id = match input::parse_id("doctorId", raw_id) {
+    let doctor_id = match input::parse_id(Field::DoctorId.name(), raw_id) {
         Ok(id) => id,
         Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
     };
@@ -254,7 +254,7 @@ pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Resu
         Role::Doctor => Err(doctors_cannot(what)),
         Role::Patient => {
             let own = caller.patient_id.ok_or(ServiceError::Unauthenticated)?;
-            match raw.map(|raw| input::parse_id("patientId", raw)) {
+            match raw.map(|raw| input::parse_id(Field::PatientId.name(), raw)) {
                 None => Ok(Ok(own)),
                 Some(Ok(id)) if id == own => Ok(Ok(own)),
                 Some(Ok(_)) => Err(ServiceError::Forbidden(format!("patients {what} for themselves only"))),
@@ -263,7 +263,7 @@ pub(crate) fn acting_for(caller: &Caller, raw: Option<&str>, what: &str) -> Resu
         }
         Role::Partner | Role::Admin => match raw {
             None => Ok(Err(Refusal::invalid(field, "patientId is required when acting on a patient's behalf"))),
-            Some(raw) => Ok(input::parse_id("patientId", raw).map_err(|msg| Refusal::invalid(field, msg))),
+            Some(raw) => Ok(input::parse_id(Field::PatientId.name(), raw).map_err(|msg| Refusal::invalid(field, msg))),
         },
     }
 }

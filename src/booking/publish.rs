@@ -93,14 +93,14 @@ impl BookingService {
     /// Creates a day's slots; existing `(doctor, start)` slots are kept and counted.
     #[tracing::instrument(level = "debug", skip_all, fields(doctor = %req.doctor_id, date = %req.date))]
     pub async fn publish_schedule(&self, caller: &Caller, req: PublishRequest) -> Result<Published, ServiceError> {
-        let doctor_id =
-            parse_id("doctorId", &req.doctor_id).map_err(|m| ServiceError::invalid(Field::DoctorId.in_request(), m))?;
+        let doctor_id = parse_id(Field::DoctorId.name(), &req.doctor_id)
+            .map_err(|m| ServiceError::invalid(Field::DoctorId.in_request(), m))?;
         if !caller.manages_doctor(doctor_id) {
             return Err(ServiceError::Forbidden("only admins and the doctor may publish this schedule".into()));
         }
-        let start = parse_local_time("startTime", &req.start_time)
+        let start = parse_local_time(Field::StartTime.name(), &req.start_time)
             .map_err(|m| ServiceError::invalid(Field::StartTime.in_request(), m))?;
-        let end = parse_local_time("endTime", &req.end_time)
+        let end = parse_local_time(Field::EndTime.name(), &req.end_time)
             .map_err(|m| ServiceError::invalid(Field::EndTime.in_request(), m))?;
         let slot_minutes = req.slot_minutes.unwrap_or(15);
         if !(1..=1440).contains(&slot_minutes) {

@@ -54,9 +54,9 @@ pub(crate) fn access(r: &AppointmentRecord) -> AppointmentAccess<'_> {
     }
 }
 
-/// Parses the id parameter `field` (`what` in messages), as `INVALID_INPUT` when malformed.
-pub fn parse_arg_id(field: Field, what: &str, raw: &str) -> Result<i64, ServiceError> {
-    parse_id(what, raw).map_err(|m| ServiceError::invalid(field.as_param(), m))
+/// Parses the id parameter `field`, as `INVALID_INPUT` when malformed.
+pub fn parse_arg_id(field: Field, raw: &str) -> Result<i64, ServiceError> {
+    parse_id(field.name(), raw).map_err(|m| ServiceError::invalid(field.as_param(), m))
 }
 
 /// A doctor's day in UTC, by the doctor's zone.
@@ -77,7 +77,7 @@ impl SlotList {
 impl BookingService {
     /// One doctor.
     pub async fn doctor(&self, raw_id: &str) -> Result<Option<doctor::Model>, ServiceError> {
-        let id = parse_arg_id(Field::Id, "id", raw_id)?;
+        let id = parse_arg_id(Field::Id, raw_id)?;
         Ok(doctors::find(self.db.conn(), id).await?)
     }
 
@@ -99,7 +99,7 @@ impl BookingService {
 
     /// One slot.
     pub async fn slot(&self, raw_id: &str) -> Result<Option<time_slot::Model>, ServiceError> {
-        let id = parse_arg_id(Field::Id, "id", raw_id)?;
+        let id = parse_arg_id(Field::Id, raw_id)?;
         Ok(slots::find(self.db.conn(), id).await?)
     }
 
@@ -113,7 +113,7 @@ impl BookingService {
         date: NaiveDate,
         duration_minutes: Option<i32>,
     ) -> Result<SlotList, ServiceError> {
-        let id = parse_arg_id(Field::DoctorId, "doctorId", raw_doctor_id)?;
+        let id = parse_arg_id(Field::DoctorId, raw_doctor_id)?;
         if let Some(minutes) = duration_minutes {
             let minutes =
                 parse_duration(minutes).map_err(|m| ServiceError::invalid(Field::DurationMinutes.as_param(), m))?;
@@ -176,7 +176,7 @@ impl BookingService {
         principal: &Principal,
         raw_id: &str,
     ) -> Result<Option<AppointmentRecord>, ServiceError> {
-        let id = parse_arg_id(Field::Id, "id", raw_id)?;
+        let id = parse_arg_id(Field::Id, raw_id)?;
         let Some(caller) = principal.caller() else {
             return Ok(None);
         };

@@ -79,7 +79,7 @@ impl BookingService {
             Ok(r) => r.appointment,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let new_slot_id = match parse_id("newSlotId", &req.new_slot_id) {
+        let new_slot_id = match parse_id(Field::NewSlotId.name(), &req.new_slot_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::NewSlotId.in_request(), msg))),
         };

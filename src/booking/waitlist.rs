@@ -81,7 +81,7 @@ impl BookingService {
             Ok(id) => id,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let doctor_id = match parse_id("doctorId", &req.doctor_id) {
+        let doctor_id = match parse_id(Field::DoctorId.name(), &req.doctor_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::DoctorId.in_request(), msg))),
         };
@@ -168,7 +168,7 @@ impl BookingService {
         if caller.role == Role::Doctor {
             return Err(ServiceError::Forbidden("doctors have no waitlist entries".into()));
         }
-        let id = match parse_id("id", raw_id) {
+        let id = match parse_id(Field::Id.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::Id.as_param(), msg))),
         };

@@ -66,7 +66,7 @@ async fn open(
     raw_doctor_id: &str,
     date: Option<Date>,
 ) -> Result<impl Stream<Item = SlotChange> + Send + 'static> {
-    let doctor_id = parse_arg_id(Field::DoctorId, "doctorId", raw_doctor_id).gql()?;
+    let doctor_id = parse_arg_id(Field::DoctorId, raw_doctor_id).gql()?;
     let opened = ctx.data::<Live>()?.slot_availability(doctor_id, date.map(|d| d.0)).await;
     match opened.map_err(ServiceError::from).gql()? {
         Some(changes) => Ok(changes),

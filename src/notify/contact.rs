@@ -143,7 +143,8 @@ impl ContactService {
         partner: Option<&str>,
     ) -> Result<Option<Contact>, ServiceError> {
         let parse = |raw: &str| {
-            parse_id("patientId", raw).map_err(|m| ServiceError::invalid(error::Field::PatientId.as_param(), m))
+            parse_id(error::Field::PatientId.name(), raw)
+                .map_err(|m| ServiceError::invalid(error::Field::PatientId.as_param(), m))
         };
         let patient_id = match caller.role {
             Role::Doctor => return Err(forbidden()),

@@ -178,7 +178,7 @@ impl WebhookService {
     /// `redeliverWebhook`: one more attempt of a delivery, due now, same event id and body.
     pub async fn redeliver(&self, caller: &Caller, raw_id: &str) -> Outcome<webhook_delivery::Model> {
         managing_role(caller)?;
-        let id = match parse_id("deliveryId", raw_id) {
+        let id = match parse_id(Field::DeliveryId.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::DeliveryId.as_param(), msg))),
         };
@@ -229,7 +229,7 @@ impl WebhookService {
                 format!("first must be between 0 and {MAX_PAGE}"),
             ));
         }
-        let id = parse_id("endpointId", raw_endpoint_id)
+        let id = parse_id(Field::EndpointId.name(), raw_endpoint_id)
             .map_err(|m| ServiceError::invalid(Field::EndpointId.as_param(), m))?;
         let visible = store::find_endpoint(self.db.conn(), id).await?.filter(|e| may_manage(caller, e));
         if visible.is_none() {
@@ -247,7 +247,7 @@ impl WebhookService {
         caller: &Caller,
         raw_id: &str,
     ) -> Result<Result<webhook_endpoint::Model, Refusal>, ServiceError> {
-        let id = match parse_id("id", raw_id) {
+        let id = match parse_id(Field::Id.name(), raw_id) {
             Ok(id) => id,
             Err(msg) => return Ok(Err(Refusal::invalid(Field::Id.as_param(), msg))),
         };
