@@ -265,7 +265,7 @@ async fn an_spa_patient_signs_in_and_is_linked_on_first_use() {
     assert_eq!(who["issuer"], idp.issuer.as_str());
     let patient: i64 = who["patientId"].as_str().unwrap().parse().unwrap();
     assert!(patient > 999_999_999_999, "made patients live above the clinic's ids: {patient}");
-    assert!(who["noShowCount"].is_null());
+    assert_eq!(who["noShowCount"], 0, "a new patient has missed nothing: {who}");
     let again = idp.sign_in("alice").await;
     assert_ne!(first, again);
     assert_eq!(me(&app, &again).await["patientId"], who["patientId"], "the same (iss, sub) is the same patient");
