@@ -180,7 +180,7 @@ async fn the_horizon_lays_dst_days_out_as_publish_schedule_does() {
     let hours = app.create_doctor("Europe/Berlin").await;
     let published = app.create_doctor("Europe/Berlin").await;
     let sunday = vec![json!({ "weekday": "SUNDAY", "startTime": "01:00", "endTime": "04:00", "slotMinutes": 60 })];
-    let set = set_hours(&app, &admin(), &hours, day(0), sunday).await;
+    let set = set_hours(&app, &admin(), &hours, today_in("Europe/Berlin"), sunday).await;
     assert_eq!(set["userErrors"], json!([]), "{set}");
     let spring = next_last_sunday(3);
     let autumn = next_last_sunday(10);
