@@ -300,6 +300,11 @@ async fn a_saturated_bulkhead_answers_overloaded_never_5xx() {
                     assert_eq!(body["errors"][0]["extensions"]["retryAfterSeconds"], 1);
                     overloaded += 1;
                 }
+                // A request past the bulkhead that the pool gives no connection in time: part
+                // four answers it UNAVAILABLE (retry with the same key), never a 5xx.
+                Some("UNAVAILABLE") => {
+                    assert_eq!(body["errors"][0]["extensions"]["retryAfterSeconds"], 2);
+                }
                 Some(other) => panic!("unexpected {other}: {body}"),
                 None => {
                     assert!(body["data"]["bookAppointment"]["appointment"].is_object(), "{body}");
