@@ -373,16 +373,19 @@ impl Db {
         F: Future<Output = Result<T, E>>,
         E: From<StoreError>,
     {
+        self.within(op).await.unwrap_or_else(|limit| Err(StoreError::Unavailable(cut_message(limit)).into()))
+    }
+
+    /// Runs `op` within [`Db::unavailable_timeout`] (unbounded on SQLite); past it, the cut is
+    /// noted as a failure (`failure.rs`) and the limit returned, for the caller to word.
+    async fn within<T>(&self, op: impl Future<Output = T>) -> Result<T, Duration> {
         let Some(limit) = self.unavailable_timeout() else {
-            return op.await;
+            return Ok(op.await);
         };
-        match tokio::time::timeout(limit, op).await {
-            Ok(result) => result,
-            Err(_) => {
-                failure::note_unavailable();
-                Err(StoreError::Unavailable(cut_message(limit)).into())
-            }
-        }
+        tokio::time::timeout(limit, op).await.map_err(|_| {
+            failure::note_unavailable();
+            limit
+        })
     }
 
     /// PostgreSQL: makes sure every change committed before now (a row a replay is about to be
@@ -391,9 +394,10 @@ impl Db {
     /// concurrent replays do not queue on a row): its commit record comes after that row's in
     /// the WAL, and the commit returns only once the standby has it. A transaction that only
     /// takes a transaction id (`txid_current()`) would not do: PostgreSQL neither flushes nor
-    /// waits for the standby at the commit of a transaction that wrote no other WAL. Bounded like any operation. A row
-    /// committed locally whose commit was cut while waiting for the standby (its client gone)
-    /// is thereby never answered as done before the standby holds it. SQLite: nothing to do.
+    /// waits for the standby at the commit of a transaction that wrote no other WAL. Bounded
+    /// like any operation. A row committed locally whose commit was cut while waiting for the
+    /// standby (its client gone) is thereby never answered as done before the standby holds
+    /// it. SQLite: nothing to do.
     pub async fn make_durable(&self) -> Result<(), StoreError> {
         let Ok(pool) = self.pg_pool() else {
             return Ok(());
@@ -483,16 +487,9 @@ impl Db {
     /// `statement` within [`Db::unavailable_timeout`]; past it, an I/O error that says so
     /// (classed unavailable), the cut noted as in [`Db::bounded`].
     async fn cut_after<T>(&self, statement: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, sqlx::Error> {
-        let Some(limit) = self.unavailable_timeout() else {
-            return statement.await;
-        };
-        match tokio::time::timeout(limit, statement).await {
-            Ok(result) => result,
-            Err(_) => {
-                failure::note_unavailable();
-                Err(sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, cut_message(limit))))
-            }
-        }
+        self.within(statement).await.unwrap_or_else(|limit| {
+            Err(sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, cut_message(limit))))
+        })
     }
 
     /// The PostgreSQL pool beneath sea-orm, for statements that need sqlx itself.
